@@ -1,0 +1,1 @@
+"""dispatch: container jobs on a fleet of Docker hosts sharing one Redis."""

@@ -1,0 +1,53 @@
+"""One error tree for the whole daemon.
+
+    DispatchError
+    ├── ConfigError            bad settings or config file
+    ├── InvalidJob             a job document that fails validation (exit 2 at the CLI)
+    ├── ScriptError            a Lua script answered with an error code
+    │   ├── LockLost           the claim's lock token no longer matches
+    │   ├── NotFound           no such job
+    │   └── Conflict           the job is not in a state the transition allows
+    ├── RedisUnavailable       Redis could not be reached
+    └── DockerError            the Docker engine said no (see dispatch.docker.errors)
+
+Foreign errors (redis-py, httpx, OSError) are translated where they enter, so callers above
+the boundary catch these and nothing else.
+"""
+
+from __future__ import annotations
+
+
+class DispatchError(Exception):
+    """Base of every error dispatch raises on purpose."""
+
+
+class ConfigError(DispatchError):
+    pass
+
+
+class InvalidJob(DispatchError):
+    pass
+
+
+class ScriptError(DispatchError):
+    pass
+
+
+class LockLost(ScriptError):
+    pass
+
+
+class NotFound(ScriptError):
+    pass
+
+
+class Conflict(ScriptError):
+    pass
+
+
+class RedisUnavailable(DispatchError):
+    pass
+
+
+class DockerError(DispatchError):
+    pass

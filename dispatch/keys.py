@@ -1,0 +1,63 @@
+"""Every Redis key dispatch uses is spelled here and nowhere else.
+
+A queue's keys share one hash tag, `{<prefix>:<queue>}`, so each queue script touches a single
+cluster slot. Fleet-wide keys (hosts, the queue registry) live outside any queue's slot and are
+only touched by plain commands, never by a multi-key script.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "dispatch"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue. Field order is the contract with the Lua scripts' headers."""
+
+    tag: str
+    wait: str  # LIST of job ids ready to claim (claimed from the left)
+    delayed: str  # ZSET id -> due ms
+    active: str  # ZSET id -> lock deadline ms
+    done: str  # ZSET id -> finished ms (completed, failed, cancelled)
+    data: str  # HASH id -> job JSON as submitted
+    queued: str  # HASH id -> enqueue instant ms (server time)
+    lock: str  # HASH id -> lock token of the current claim
+    attempts: str  # HASH id -> attempts spent (retries counted)
+    stalls: str  # HASH id -> times its lock expired
+    defer: str  # HASH id -> latest defer record JSON
+    result: str  # HASH id -> final result JSON
+    dedup: str  # HASH dedup key -> id
+    dedup_exp: str  # ZSET dedup key -> window end ms
+    marker: str  # ZSET wake-up marker the daemons block on
+    paused: str  # STRING present while the queue is paused
+    fence: str  # STRING monotonic counter behind lock tokens
+    cancel: str  # HASH id -> cancel request expiry ms
+    runs: str  # HASH run id -> run record JSON (fleet mirror)
+    runs_idx: str  # ZSET run id -> ended ms (mirror retention)
+
+    def ack(self, job_id: str) -> str:
+        """LIST the owning host pushes its name to when it takes a cancel request."""
+        return f"{self.tag}:ack:{job_id}"
+
+
+def queue_keys(queue: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
+    tag = "{" + prefix + ":" + queue + "}"
+    names = [f.name for f in QueueKeys.__dataclass_fields__.values() if f.name != "tag"]
+    return QueueKeys(tag, *(f"{tag}:{name}" for name in names))
+
+
+def queues_registry(prefix: str = DEFAULT_PREFIX) -> str:
+    """SET of queue names ever submitted to, so readers can list the fleet."""
+    return f"{prefix}:queues"
+
+
+def hosts_registry(prefix: str = DEFAULT_PREFIX) -> str:
+    """SET of host names that ever ran a daemon."""
+    return f"{prefix}:hosts"
+
+
+def host_alive(host: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING with a short TTL, refreshed by the host's heartbeat: present means alive."""
+    return f"{prefix}:host:{host}"

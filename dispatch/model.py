@@ -1,0 +1,240 @@
+"""The job document and the records dispatch writes, as msgspec structs.
+
+A job is validated twice: by the submitter and again by the daemon that picks it up (it must
+not trust what it reads from Redis). `v` is the document's version: a submitter refuses a `v`
+it does not know; a daemon that reads a newer `v` defers the job `newer-release` instead of
+misreading it, so a fleet can upgrade one host at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from typing import Literal
+
+import msgspec
+
+from dispatch.errors import InvalidJob
+
+JOB_VERSION = 1
+MAX_JOB_BYTES = 64 * 1024
+DEFAULT_ATTEMPTS = 3
+DEFAULT_TIMEOUT_MS = 30 * 60 * 1000
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_QUEUE = re.compile(r"^jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?$")
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MEMORY = re.compile(r"^\d+(\.\d+)?[kmgKMG]?$")
+
+Kind = Literal["plain", "local", "forge"]
+Outcome = Literal["completed", "policy", "failed", "infra", "cancelled"]
+State = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
+
+
+class Size(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    memory: str | None = None
+    cpus: float | None = None
+
+
+class WaitFor(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One condition: an instant (`after`, ISO-8601) or a declared check profile."""
+
+    after: str | None = None
+    profile: str | None = None
+
+
+class Job(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    rename="camel",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+):
+    id: str
+    v: int = JOB_VERSION
+    queue: str = "jobs"
+    kind: Kind = "plain"
+    folder: str | None = None
+    forge: str | None = None
+    repo: str | None = None
+    number: int | None = None
+    image: str | None = None
+    command: list[str] = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    project: str | None = None
+    size: Size | None = None
+    provider: str | None = None
+    model: str | None = None
+    wait_for: list[WaitFor] = msgspec.field(default_factory=list)
+    dedup: str | None = None
+    parent_job_id: str | None = None
+    attempts: int = DEFAULT_ATTEMPTS
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    force: bool = False
+
+    def target(self) -> str:
+        """What the job works on, safe to log fleet-wide: a repo ref or a folder basename."""
+        if self.kind == "forge":
+            return f"{self.repo}#{self.number}" if self.number is not None else str(self.repo)
+        if self.kind == "local" and self.folder:
+            return os.path.basename(self.folder.rstrip("/")) or "/"
+        return ""
+
+
+class _Head(msgspec.Struct):
+    v: int = JOB_VERSION
+
+
+_job_decoder = msgspec.json.Decoder(Job)
+_head_decoder = msgspec.json.Decoder(_Head)
+encoder = msgspec.json.Encoder()
+
+
+def new_id() -> str:
+    """A time-sortable id: 12 hex digits of epoch ms, then 8 random hex digits."""
+    return f"{time.time_ns() // 1_000_000:012x}{secrets.token_hex(4)}"
+
+
+def peek_version(raw: bytes | str) -> int:
+    """The document's `v` without trusting the rest of it (0 when unreadable)."""
+    try:
+        v = _head_decoder.decode(raw).v
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return 0
+    return v if isinstance(v, int) else 0
+
+
+def decode_job(raw: bytes | str) -> Job:
+    """Decode and validate a job document; raise InvalidJob with a one-line reason."""
+    if len(raw) > MAX_JOB_BYTES:
+        raise InvalidJob(f"job document is {len(raw)} bytes, over the {MAX_JOB_BYTES}-byte cap")
+    try:
+        job = _job_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidJob(f"job document: {exc}") from None
+    validate(job)
+    return job
+
+
+def encode_job(job: Job) -> bytes:
+    raw = encoder.encode(job)
+    if len(raw) > MAX_JOB_BYTES:
+        raise InvalidJob(f"job document is {len(raw)} bytes, over the {MAX_JOB_BYTES}-byte cap")
+    return raw
+
+
+def validate(job: Job) -> None:
+    for reason in _problems(job):
+        raise InvalidJob(reason)
+
+
+def _problems(job: Job) -> list[str]:
+    problems: list[str] = []
+    if job.v != JOB_VERSION:
+        problems.append(f"job version {job.v} is not known to this build (knows {JOB_VERSION})")
+    if not _ID.match(job.id):
+        problems.append("id must be 1-128 of A-Z a-z 0-9 . _ - and start with a letter or digit")
+    if not _QUEUE.match(job.queue):
+        problems.append("queue must be 'jobs' or 'jobs@<host>'")
+    problems += _kind_problems(job)
+    if not 1 <= job.attempts <= 100:
+        problems.append("attempts must be between 1 and 100")
+    if not 1_000 <= job.timeout_ms <= 7 * 24 * 3_600_000:
+        problems.append("timeout must be between 1 second and 7 days")
+    problems += [f"env name {k!r} is not a valid variable name" for k in job.env if not _ENV_NAME.match(k)]
+    problems += _size_problems(job.size)
+    problems += [_wait_problem(w) for w in job.wait_for if _wait_problem(w)]
+    return problems
+
+
+def _kind_problems(job: Job) -> list[str]:
+    if job.kind == "local":
+        if not job.folder or not os.path.isabs(job.folder) or "\0" in job.folder:
+            return ["a local job needs an absolute folder"]
+    elif job.kind == "forge":
+        if not job.repo or not _REPO.match(job.repo):
+            return ["a forge job needs repo as owner/name"]
+        if job.number is not None and job.number < 1:
+            return ["number must be a positive integer"]
+    elif job.folder or job.repo:
+        return ["folder or repo given but kind is plain; use kind local or forge"]
+    return []
+
+
+def _size_problems(size: Size | None) -> list[str]:
+    if size is None:
+        return []
+    problems = []
+    if size.memory is not None and not _MEMORY.match(size.memory):
+        problems.append("size.memory must look like 512m, 4g or a byte count")
+    if size.cpus is not None and not 0 < size.cpus <= 1024:
+        problems.append("size.cpus must be above 0")
+    return problems
+
+
+def _wait_problem(w: WaitFor) -> str:
+    return "" if (w.after is None) != (w.profile is None) else "each waitFor needs exactly one of after or profile"
+
+
+class Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A finished job's final word, kept with the queue until retention drops it."""
+
+    state: State
+    outcome: Outcome
+    reason: str = ""
+    exit_code: int | None = None
+    host: str = ""
+    ended_at: str = ""
+
+
+class DeferRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Why a job waits: the reason from the catalog, until when, and who holds what it needs."""
+
+    reason: str
+    until: str
+    at: str
+    host: str = ""
+    project: str | None = None
+    holder: str | None = None
+    detail: str = ""
+    attempt: int = 0
+
+
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One attempt's story. Targets are repo refs or folder basenames, never full paths."""
+
+    id: str
+    attempt: int
+    host: str
+    queue: str
+    outcome: Outcome
+    reason: str = ""
+    exit_code: int | None = None
+    queued_at: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    project: str | None = None
+    target: str = ""
+    slot_ms: int = 0
+    prior_slot_ms: int = 0
+    size: Size | None = None
+    image: str | None = None
+    container: str | None = None
+    output: str | None = None
+    kill: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.id}#{self.attempt}"
+
+
+def iso(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO-8601 UTC with milliseconds."""
+    if ms is None:
+        return None
+    seconds, rem = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rem:03d}Z"

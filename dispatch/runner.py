@@ -1,0 +1,78 @@
+"""The runner seam: how a claimed, admitted job actually runs.
+
+A runner gets a `RunContext` and returns a `RunResult`. It must watch `ctx.aborted`: once set,
+it stops the work (SIGTERM, then SIGKILL after `ctx.grace_s`) and returns. The worker, not the
+runner, decides what an exit means (`classify`) and how long to wait after an abort.
+
+Exit codes: 0 completed; 2 a policy refusal by the job itself; anything else, or a kill, an
+infrastructure failure (retried while attempts remain). A job that never started spent nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from dispatch.model import Job, Outcome
+
+OUTPUT_CAP_BYTES = 8 * 1024 * 1024
+TRUNCATION_MARK = b"\n[dispatch: output truncated]\n"
+
+
+@dataclass
+class RunContext:
+    job: Job
+    attempt: int
+    host: str
+    fence: str
+    output_path: Path
+    grace_s: float = 10.0
+    output_cap: int = OUTPUT_CAP_BYTES
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
+    abort_reason: str = ""
+
+    def abort(self, reason: str) -> None:
+        """Ask the runner to stop; the first reason given is the one recorded."""
+        if not self.aborted.is_set():
+            self.abort_reason = reason
+            self.aborted.set()
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    started: bool
+    exit_code: int | None = None
+    kill: str | None = None  # oom | stop-timeout | sigkill | signal-<n>
+    error: str = ""  # why it never started, or what went wrong around it
+    refusal: str = ""  # a policy reason found before starting (image-missing, ...)
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    container: str | None = None
+    output: str | None = None
+    truncated: bool = False
+
+
+class Runner(Protocol):
+    async def run(self, ctx: RunContext) -> RunResult: ...
+
+
+def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:
+    """Map a run's result to the record's outcome and reason."""
+    if abort_reason == "operator-cancel":
+        return "cancelled", abort_reason
+    if result.refusal:
+        return "policy", result.refusal
+    if abort_reason:
+        return "infra", abort_reason
+    if not result.started:
+        return "infra", result.error or "not-started"
+    if result.kill:
+        return "infra", result.kill
+    if result.exit_code == 0:
+        return "completed", ""
+    if result.exit_code == 2:
+        return "policy", "job-refused"
+    return "infra", f"exit-{result.exit_code}"
