@@ -145,7 +145,9 @@ def _problems(job: Job) -> list[str]:
         problems.append("attempts must be between 1 and 100")
     if not 1_000 <= job.timeout_ms <= 7 * 24 * 3_600_000:
         problems.append("timeout must be between 1 second and 7 days")
-    problems += [f"env name {k!r} is not a valid variable name" for k in job.env if not _ENV_NAME.match(k)]
+    problems += [
+        f"env name {k!r} is not a valid variable name" for k in job.env if not _ENV_NAME.match(k)
+    ]
     problems += _size_problems(job.size)
     problems += [_wait_problem(w) for w in job.wait_for if _wait_problem(w)]
     return problems
@@ -177,7 +179,11 @@ def _size_problems(size: Size | None) -> list[str]:
 
 
 def _wait_problem(w: WaitFor) -> str:
-    return "" if (w.after is None) != (w.profile is None) else "each waitFor needs exactly one of after or profile"
+    return (
+        ""
+        if (w.after is None) != (w.profile is None)
+        else "each waitFor needs exactly one of after or profile"
+    )
 
 
 class Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

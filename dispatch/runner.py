@@ -23,6 +23,21 @@ OUTPUT_CAP_BYTES = 8 * 1024 * 1024
 TRUNCATION_MARK = b"\n[dispatch: output truncated]\n"
 
 
+class AbortSignal:
+    """Set once, with the first reason given; the worker holds it from claim to finish."""
+
+    __slots__ = ("event", "reason")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason = ""
+
+    def abort(self, reason: str) -> None:
+        if not self.event.is_set():
+            self.reason = reason
+            self.event.set()
+
+
 @dataclass
 class RunContext:
     job: Job
@@ -32,14 +47,19 @@ class RunContext:
     output_path: Path
     grace_s: float = 10.0
     output_cap: int = OUTPUT_CAP_BYTES
-    aborted: asyncio.Event = field(default_factory=asyncio.Event)
-    abort_reason: str = ""
+    signal: AbortSignal = field(default_factory=AbortSignal)
+
+    @property
+    def aborted(self) -> asyncio.Event:
+        return self.signal.event
+
+    @property
+    def abort_reason(self) -> str:
+        return self.signal.reason
 
     def abort(self, reason: str) -> None:
         """Ask the runner to stop; the first reason given is the one recorded."""
-        if not self.aborted.is_set():
-            self.abort_reason = reason
-            self.aborted.set()
+        self.signal.abort(reason)
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

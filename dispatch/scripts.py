@@ -46,7 +46,9 @@ def raise_for(code: int, what: str) -> None:
     """Raise the exception that stands for a negative script code; do nothing otherwise."""
     if code < 0:
         error = _ERRORS.get(code, ScriptError)
-        raise error(f"{what}: {Code(code).name.lower() if code in Code._value2member_map_ else code}")
+        raise error(
+            f"{what}: {Code(code).name.lower() if code in Code._value2member_map_ else code}"
+        )
 
 
 _HEADER_ITEM = re.compile(r"^(KEYS|ARGV)\[(\d+)\]", re.MULTILINE)
@@ -66,14 +68,14 @@ class Script:
 
     async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         try:
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            await redis.script_load(self.source)  # type: ignore[no-untyped-call]
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            await redis.script_load(self.source)
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
 
     def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Arg]) -> None:
         """Add the call to a pipeline; `load_all` must have run on this server first."""
-        pipe.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
 
 
 @cache
@@ -89,5 +91,5 @@ async def load_all(redis: Redis) -> None:
     """Load every script so pipelined EVALSHA calls cannot meet NOSCRIPT."""
     async with redis.pipeline(transaction=False) as pipe:
         for s in all_scripts():
-            pipe.script_load(s.source)  # type: ignore[no-untyped-call]
+            pipe.script_load(s.source)
         await pipe.execute()

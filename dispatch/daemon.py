@@ -1,0 +1,60 @@
+"""Assembles a daemon from settings: Redis clients, runner, processor, worker; runs it on
+uvloop until SIGTERM or SIGINT, then shuts down gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import uvloop
+from redis.asyncio import Redis
+
+from dispatch.config import Settings
+from dispatch.log import event
+from dispatch.process_runner import ProcessRunner
+from dispatch.processor import Processor, ProcessorSettings
+from dispatch.runner import Runner
+from dispatch.worker import Worker
+
+
+def make_runner(settings: Settings) -> Runner:
+    if settings.runner == "process":
+        return ProcessRunner()
+    from dispatch.docker.setup import docker_runner
+
+    return docker_runner(settings)
+
+
+def redis_client(url: str, socket_timeout: float) -> Redis:
+    """Timeouts everywhere: a silent server must surface as an error, never as a hang."""
+    return Redis.from_url(
+        url, socket_connect_timeout=5, socket_timeout=socket_timeout, health_check_interval=30
+    )
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    redis = redis_client(settings.redis_url, socket_timeout=15)
+    blocking = redis_client(settings.redis_url, socket_timeout=30)
+    processor = Processor(
+        ProcessorSettings(
+            host=settings.host,
+            output_dir=settings.state_dir / "output",
+            stop_grace_s=settings.stop_grace_s,
+        ),
+        make_runner(settings),
+    )
+    worker = Worker(settings, redis, processor, blocking=blocking)
+    try:
+        await worker.run(stop)
+    finally:
+        await redis.aclose()
+        await blocking.aclose()
+
+
+def run(settings: Settings) -> None:
+    event("daemon_starting", host=settings.host, runner=settings.runner)
+    uvloop.run(serve(settings))

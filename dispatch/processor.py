@@ -1,0 +1,261 @@
+"""The pickup pipeline: check the head, decode, pass the gates in order, run, and say how the
+claim ends. It sequences; each decision lives in a gate, each run in the runner.
+
+Every hold a gate takes is given back in reverse order on every exit (defer, refuse, success,
+error, cancellation). A deferral spends no attempt; a refusal is a recorded policy outcome;
+only infrastructure failures retry, with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatch.clock import Clock, SystemClock
+from dispatch.errors import InvalidJob
+from dispatch.gates.base import Admit, Decision, Defer, Gate, Pickup, Refuse
+from dispatch.log import event
+from dispatch.model import (
+    JOB_VERSION,
+    DeferRecord,
+    Job,
+    Outcome,
+    Result,
+    RunRecord,
+    State,
+    decode_job,
+    encoder,
+    iso,
+    peek_version,
+)
+from dispatch.queue import Claim
+from dispatch.runner import AbortSignal, RunContext, Runner, RunResult, classify
+
+NEWER_RELEASE_DELAY_MS = 10 * 60_000
+SHUTDOWN_DELAY_MS = 1_000
+
+
+@dataclass(frozen=True)
+class ProcessorSettings:
+    host: str
+    output_dir: Path
+    stop_grace_s: float = 10.0
+    abort_wait_s: float = 30.0
+    retry_base_ms: int = 5_000
+    retry_max_ms: int = 10 * 60_000
+
+
+@dataclass
+class Ending:
+    """How a claim ends: `finish` (payload is the result), `retry` or `defer` (defer record)."""
+
+    action: str
+    payload: bytes
+    delay_ms: int = 0
+    record: RunRecord | None = None
+    lingering: asyncio.Task[RunResult] | None = None  # a run that would not stop in time
+
+
+class Processor:
+    def __init__(
+        self,
+        settings: ProcessorSettings,
+        runner: Runner,
+        gates: Sequence[Gate] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        self.s = settings
+        self.runner = runner
+        self.gates = list(gates)
+        self.clock = clock or SystemClock()
+
+    async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
+        version = peek_version(claim.data)
+        if version > JOB_VERSION:
+            return self.defer(
+                claim, Defer(NEWER_RELEASE_DELAY_MS, "newer-release", detail=f"v{version}")
+            )
+        try:
+            job = decode_job(claim.data)
+        except InvalidJob as exc:
+            return self.refuse(claim, None, Refuse("invalid-job", str(exc)))
+        pickup = Pickup(claim, job)
+        try:
+            decision = await self._gates(pickup)
+            if isinstance(decision, Defer):
+                return self.defer(claim, decision, job)
+            if isinstance(decision, Refuse):
+                return self.refuse(claim, job, decision)
+            return await self._run(pickup, signal)
+        finally:
+            await _release(pickup)
+
+    async def _gates(self, pickup: Pickup) -> Decision:
+        for gate in self.gates:
+            decision = await gate.check(pickup)
+            if not isinstance(decision, Admit):
+                return decision
+        return Admit()
+
+    async def _run(self, pickup: Pickup, signal: AbortSignal) -> Ending:
+        claim, job = pickup.claim, pickup.job
+        ctx = RunContext(
+            job=job,
+            attempt=claim.attempt,
+            host=self.s.host,
+            fence=claim.token,
+            output_path=self.s.output_dir / f"{job.id}.{claim.attempt}.log",
+            grace_s=self.s.stop_grace_s,
+            signal=signal,
+        )
+        if signal.event.is_set() and signal.reason == "shutdown":
+            return self.defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job)
+        timer = asyncio.get_running_loop().call_later(
+            job.timeout_ms / 1000, signal.abort, "job-timeout"
+        )
+        try:
+            result, lingering = await self._watch(ctx)
+        finally:
+            timer.cancel()
+        ending = self._ending(claim, job, result, signal.reason)
+        ending.lingering = lingering
+        return ending
+
+    async def _watch(self, ctx: RunContext) -> tuple[RunResult, asyncio.Task[RunResult] | None]:
+        """Run; once aborted, wait at most `abort_wait_s` more before giving up on the run."""
+        task = asyncio.ensure_future(self.runner.run(ctx))
+        aborted = asyncio.ensure_future(ctx.aborted.wait())
+        try:
+            await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await asyncio.wait({task}, timeout=self.s.abort_wait_s)
+        finally:
+            aborted.cancel()
+        if task.done():
+            return task.result(), None
+        event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)
+        return RunResult(started=True, error="abort-unconfirmed"), task
+
+    def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
+        outcome, reason = classify(result, abort_reason)
+        record = self._record(claim, job, result, outcome, reason)
+        if abort_reason == "shutdown":
+            return self._defer_ending(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
+        if (
+            outcome == "infra"
+            and reason not in ("job-timeout", "lock-lost")
+            and claim.attempt < job.attempts
+        ):
+            delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
+            return self._defer_ending(
+                claim, Defer(delay, "retry", detail=reason), job, record, "retry"
+            )
+        if reason == "job-timeout":
+            outcome = "failed"
+        state: State = "completed" if outcome == "completed" else "failed"
+        if outcome == "cancelled":
+            state = "cancelled"
+        res = Result(
+            state=state,
+            outcome=outcome,
+            reason=reason,
+            exit_code=result.exit_code,
+            host=self.s.host,
+            ended_at=iso(self.clock.now_ms()) or "",
+        )
+        return Ending("finish", encoder.encode(res), record=record)
+
+    def _record(
+        self, claim: Claim, job: Job, result: RunResult, outcome: Outcome, reason: str
+    ) -> RunRecord:
+        ended = result.ended_ms or self.clock.now_ms()
+        return RunRecord(
+            id=job.id,
+            attempt=claim.attempt,
+            host=self.s.host,
+            queue=claim.queue,
+            outcome=outcome,
+            reason=reason,
+            exit_code=result.exit_code,
+            queued_at=iso(claim.queued_ms),
+            started_at=iso(result.started_ms),
+            ended_at=iso(ended),
+            project=job.project,
+            target=job.target(),
+            size=job.size,
+            image=job.image,
+            slot_ms=max(ended - result.started_ms, 0) if result.started_ms else 0,
+            container=result.container,
+            output=result.output,
+            kill=result.kill,
+        )
+
+    def defer(self, claim: Claim, decision: Defer, job: Job | None = None) -> Ending:
+        return self._defer_ending(claim, decision, job, None)
+
+    def _defer_ending(
+        self,
+        claim: Claim,
+        d: Defer,
+        job: Job | None,
+        record: RunRecord | None,
+        action: str = "defer",
+    ) -> Ending:
+        now = self.clock.now_ms()
+        rec = DeferRecord(
+            reason=d.reason,
+            until=iso(now + d.delay_ms) or "",
+            at=iso(now) or "",
+            host=self.s.host,
+            project=job.project if job else None,
+            holder=d.holder,
+            detail=d.detail,
+            attempt=claim.attempt,
+        )
+        event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
+        return Ending(action, encoder.encode(rec), d.delay_ms, record)
+
+    def refuse(
+        self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = "policy"
+    ) -> Ending:
+        now = self.clock.now_ms()
+        event("job_refused", job=claim.id, reason=r.reason, why=r.sentence)
+        record = RunRecord(
+            id=claim.id,
+            attempt=claim.attempt,
+            host=self.s.host,
+            queue=claim.queue,
+            outcome=outcome,
+            reason=r.reason,
+            queued_at=iso(claim.queued_ms),
+            ended_at=iso(now),
+            target=job.target() if job else "",
+        )
+        res = Result(
+            state="failed",
+            outcome=outcome,
+            reason=r.reason,
+            host=self.s.host,
+            ended_at=iso(now) or "",
+        )
+        return Ending("finish", encoder.encode(res), record=record)
+
+    def crashed(self, claim: Claim, exc: BaseException) -> Ending:
+        """A bug fails the job for good, with the error recorded."""
+        return self.refuse(
+            claim, None, Refuse("internal-error", f"{type(exc).__name__}: {exc}"), "failed"
+        )
+
+
+async def _release(pickup: Pickup) -> None:
+    while pickup.holds:
+        name, release = pickup.holds.pop()
+        try:
+            result = release()
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:  # one failed release must not keep the others
+            event("hold_release_failed", job=pickup.claim.id, hold=name, error=str(exc))

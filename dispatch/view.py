@@ -1,0 +1,123 @@
+"""What the operator reads: tables, a job's story in plain words, and their JSON forms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from dispatch.client import CancelAnswer, JobView
+from dispatch.model import RunRecord
+
+_STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed"]
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    if not rows:
+        return "(none)"
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def jobs_table(views: Sequence[JobView]) -> str:
+    ordered = sorted(views, key=lambda v: (_STATE_ORDER.index(v.state), v.id))
+    rows = [
+        (v.state, v.id, v.queue, v.reason or "-", v.until or "-", v.owner or "-") for v in ordered
+    ]
+    return _table(rows, ("STATE", "ID", "QUEUE", "REASON", "UNTIL", "HOST"))
+
+
+def jobs_json(views: Sequence[JobView]) -> str:
+    return msgspec.json.encode([v.as_json() for v in views]).decode()
+
+
+def runs_table(records: Sequence[RunRecord]) -> str:
+    rows = [
+        (
+            r.ended_at or "-",
+            r.id,
+            str(r.attempt),
+            r.host,
+            r.outcome,
+            r.reason or "-",
+            "-" if r.exit_code is None else str(r.exit_code),
+        )
+        for r in records
+    ]
+    return _table(rows, ("ENDED", "ID", "ATTEMPT", "HOST", "OUTCOME", "REASON", "EXIT"))
+
+
+def runs_json(records: Sequence[RunRecord]) -> str:
+    return msgspec.json.encode(list(records)).decode()
+
+
+def why_json(v: JobView) -> str:
+    return msgspec.json.encode(v.as_json()).decode()
+
+
+def why_text(v: JobView) -> str:
+    lines = [f"Job {v.id} on queue {v.queue} is {v.state}."]
+    if v.queued_at:
+        lines.append(f"It was queued at {v.queued_at}.")
+    lines += _state_sentences(v)
+    if v.defer and v.state != "delayed":
+        d = v.defer
+        lines.append(
+            f"Its last deferral was {d.reason} at {d.at} on {d.host}"
+            + (f" ({d.detail})." if d.detail else ".")
+        )
+    return "\n".join(lines)
+
+
+def _state_sentences(v: JobView) -> list[str]:
+    if v.state == "waiting":
+        return [f"It is ready and waits for a host with a free slot (attempt {v.attempt})."]
+    if v.state == "active":
+        return [f"It is running on {v.owner or 'an unknown host'} (attempt {v.attempt})."]
+    if v.state == "delayed":
+        if v.defer is None:
+            return [f"It is scheduled to start at {v.until}."]
+        d = v.defer
+        said = [
+            f"It waits: {d.reason}, deferred at {d.at} by {d.host or 'a host'}, until {v.until}."
+        ]
+        if d.holder:
+            said.append(f"What it needs is held by {d.holder}.")
+        if d.detail:
+            said.append(f"Detail: {d.detail}.")
+        return said
+    r = v.result
+    if r is None:
+        return ["It finished; its result is no longer kept."]
+    exit_part = f", exit code {r.exit_code}" if r.exit_code is not None else ""
+    return [
+        f"It ended {r.ended_at} on {r.host or 'a host'}: {r.outcome}"
+        + (f" ({r.reason})" if r.reason else "")
+        + f"{exit_part}."
+    ]
+
+
+def cancel_line(job_id: str, answer: CancelAnswer) -> tuple[str, int]:
+    match answer.outcome:
+        case "cancelled":
+            return f"{job_id}: cancelled before it started (operator-cancel)", 0
+        case "taken":
+            return f"{job_id}: cancel taken by host {answer.host}; the run is being stopped", 0
+        case "finished":
+            return f"dispatch: {job_id} has already finished; nothing to cancel", 1
+        case "unowned":
+            return (
+                f"dispatch: {job_id} is active but no live host owns it"
+                f" (last owner {answer.host or 'unknown'}); nothing changed",
+                1,
+            )
+        case _:
+            return (
+                f"dispatch: {job_id}: host {answer.host} did not acknowledge the cancel in time;"
+                " the request stands for a while",
+                1,
+            )

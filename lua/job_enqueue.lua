@@ -1,0 +1,110 @@
+#!lua
+--[[ job_enqueue: add jobs to a queue, each ready now (wait) or due later (delayed).
+KEYS[1]  data       hash  id -> job JSON
+KEYS[2]  queued     hash  id -> enqueue instant (server ms)
+KEYS[3]  wait       list  ready ids
+KEYS[4]  delayed    zset  id -> due ms
+KEYS[5]  dedup      hash  dedup key -> id
+KEYS[6]  dedup_exp  zset  dedup key -> window end ms
+KEYS[7]  done       zset  finished ids
+KEYS[8]  marker     zset  wake-up marker daemons block on
+ARGV[1]  id         str   job id; ARGV[1..6] repeat once per job
+ARGV[2]  job        str   job JSON
+ARGV[3]  due_ms     int   absolute due instant (server clock), 0 for none
+ARGV[4]  delay_ms   int   delay from server now, 0 for none
+ARGV[5]  dedup      str   dedup key, "" for none
+ARGV[6]  window_ms  int   how long the dedup key holds after enqueue
+Returns  flat {code, id, code, id, ...}, one pair per job:
+         1 created; 0 duplicate (id is the existing job's); -3 the id is already taken
+Errors   -4 bad input (argument count, empty id or job, a number that is not an integer >= 0);
+         nothing is written
+A dedup key holds while its window lasts or while its job is not finished, whichever is longer.
+]]
+local n = #ARGV
+if n == 0 or n % 6 ~= 0 then return -4 end
+local items = {}
+for i = 1, n, 6 do
+  local due, delay, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 5])
+  if ARGV[i] == '' or ARGV[i + 1] == '' or not due or not delay or not window
+      or due < 0 or delay < 0 or window < 0
+      or due % 1 ~= 0 or delay % 1 ~= 0 or window % 1 ~= 0 then
+    return -4
+  end
+  items[#items + 1] = {ARGV[i], ARGV[i + 1], due, delay, ARGV[i + 4], window}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function live(id)
+  return redis.call('HEXISTS', KEYS[1], id) == 1 and not redis.call('ZSCORE', KEYS[7], id)
+end
+
+local function purge_lapsed_dedup()
+  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 20)
+  for _, key in ipairs(lapsed) do
+    local id = redis.call('HGET', KEYS[5], key)
+    if id and live(id) then
+      redis.call('ZADD', KEYS[6], now + 60000, key)  -- still live: look again later
+    else
+      redis.call('HDEL', KEYS[5], key)
+      redis.call('ZREM', KEYS[6], key)
+    end
+  end
+end
+
+local ids = {}
+for i, it in ipairs(items) do ids[i] = it[1] end
+local taken = redis.call('HMGET', KEYS[1], unpack(ids))
+local seen, out, data, queued, ready, later = {}, {}, {}, {}, {}, {}
+local earliest = false
+local purged = false
+
+for i, it in ipairs(items) do
+  local id, job, due, delay, key, window = it[1], it[2], it[3], it[4], it[5], it[6]
+  local existing = false
+  if key ~= '' then
+    if not purged then purge_lapsed_dedup(); purged = true end
+    existing = seen['dedup:' .. key] or redis.call('HGET', KEYS[5], key)
+    if existing then
+      local fresh = (tonumber(redis.call('ZSCORE', KEYS[6], key)) or 0) > now
+      if not (seen['dedup:' .. key] or fresh or live(existing)) then existing = false end
+    end
+  end
+  if existing then
+    out[#out + 1] = 0; out[#out + 1] = existing
+  elseif taken[i] or seen[id] then
+    out[#out + 1] = -3; out[#out + 1] = id
+  else
+    seen[id] = true
+    data[#data + 1] = id; data[#data + 1] = job
+    queued[#queued + 1] = id; queued[#queued + 1] = now
+    if key ~= '' then
+      seen['dedup:' .. key] = id
+      redis.call('HSET', KEYS[5], key, id)
+      redis.call('ZADD', KEYS[6], now + window, key)
+    end
+    local at = (due > now and due) or (delay > 0 and now + delay) or 0
+    if at > 0 then
+      later[#later + 1] = at; later[#later + 1] = id
+      if not earliest or at < earliest then earliest = at end
+    else
+      ready[#ready + 1] = id
+    end
+    out[#out + 1] = 1; out[#out + 1] = id
+  end
+end
+
+if #data > 0 then
+  redis.call('HSET', KEYS[1], unpack(data))
+  redis.call('HSET', KEYS[2], unpack(queued))
+end
+if #ready > 0 then
+  redis.call('RPUSH', KEYS[3], unpack(ready))
+  redis.call('ZADD', KEYS[8], 0, 'w')
+end
+if #later > 0 then
+  redis.call('ZADD', KEYS[4], unpack(later))
+  redis.call('ZADD', KEYS[8], earliest, 'd')
+end
+return out

@@ -1,0 +1,117 @@
+#!lua
+--[[ job_finish: end claims, fenced by their lock tokens: finish for good, retry, or defer.
+KEYS[1]  active     zset  id -> lock deadline ms
+KEYS[2]  lock       hash  id -> lock token
+KEYS[3]  delayed    zset  id -> due ms
+KEYS[4]  done       zset  id -> finished ms
+KEYS[5]  data       hash  id -> job JSON
+KEYS[6]  queued     hash  id -> enqueue instant
+KEYS[7]  attempts   hash  id -> attempts spent
+KEYS[8]  stalls     hash  id -> stall count
+KEYS[9]  defer      hash  id -> latest defer record JSON
+KEYS[10] result     hash  id -> final result JSON
+KEYS[11] cancel     hash  id -> cancel request expiry ms
+KEYS[12] runs       hash  run id -> run record JSON
+KEYS[13] runs_idx   zset  run id -> recorded ms
+KEYS[14] marker     zset  wake-up marker
+ARGV[1]  keep_done     int  finished jobs kept at most
+ARGV[2]  keep_done_ms  int  finished jobs kept at most this long
+ARGV[3]  keep_runs     int  mirrored run records kept at most
+ARGV[4]  keep_runs_ms  int  mirrored run records kept at most this long
+ARGV[5]  action     str   finish | retry | defer; ARGV[5..11] repeat once per job
+ARGV[6]  id         str   job id
+ARGV[7]  token      str   lock token of the claim
+ARGV[8]  delay_ms   int   retry/defer: due after this long (server clock); finish: 0
+ARGV[9]  payload    str   finish: result JSON; retry/defer: defer record JSON
+ARGV[10] run_id     str   run record id to mirror, "" for none
+ARGV[11] run        str   run record JSON, "" for none
+Returns  flat list of codes, one per job: 1 done; -1 lock lost (nothing written for that job)
+Errors   -4 bad input; nothing is written
+A retry counts an attempt; a defer counts none. Retention trims at most 200 of each per call.
+]]
+local keep_done, keep_done_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local keep_runs, keep_runs_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not keep_done or not keep_done_ms or not keep_runs or not keep_runs_ms then return -4 end
+local n = #ARGV - 4
+if n <= 0 or n % 7 ~= 0 then return -4 end
+local actions = {finish = true, retry = true, defer = true}
+local items, ids = {}, {}
+for i = 5, #ARGV, 7 do
+  local delay = tonumber(ARGV[i + 3])
+  if not actions[ARGV[i]] or ARGV[i + 1] == '' or ARGV[i + 2] == '' or ARGV[i + 4] == ''
+      or not delay or delay < 0 or delay % 1 ~= 0 then
+    return -4
+  end
+  items[#items + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], delay, ARGV[i + 4], ARGV[i + 5],
+                       ARGV[i + 6]}
+  ids[#ids + 1] = ARGV[i + 1]
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local locks = redis.call('HMGET', KEYS[2], unpack(ids))
+local out, held, results, done, later, defers, runs, run_idx = {}, {}, {}, {}, {}, {}, {}, {}
+local earliest = false
+for i, it in ipairs(items) do
+  local action, id, token, delay, payload, run_id, run = unpack(it)
+  if locks[i] ~= token then
+    out[i] = -1
+  else
+    out[i] = 1
+    held[#held + 1] = id
+    if action == 'finish' then
+      results[#results + 1] = id; results[#results + 1] = payload
+      done[#done + 1] = now; done[#done + 1] = id
+    else
+      if action == 'retry' then redis.call('HINCRBY', KEYS[7], id, 1) end
+      later[#later + 1] = now + delay; later[#later + 1] = id
+      defers[#defers + 1] = id; defers[#defers + 1] = payload
+      if not earliest or now + delay < earliest then earliest = now + delay end
+    end
+    if run_id ~= '' and run ~= '' then
+      runs[#runs + 1] = run_id; runs[#runs + 1] = run
+      run_idx[#run_idx + 1] = now; run_idx[#run_idx + 1] = run_id
+    end
+  end
+end
+
+if #held > 0 then
+  redis.call('ZREM', KEYS[1], unpack(held))
+  redis.call('HDEL', KEYS[2], unpack(held))
+  redis.call('HDEL', KEYS[11], unpack(held))
+end
+if #results > 0 then
+  redis.call('HSET', KEYS[10], unpack(results))
+  redis.call('ZADD', KEYS[4], unpack(done))
+end
+if #later > 0 then
+  redis.call('ZADD', KEYS[3], unpack(later))
+  redis.call('HSET', KEYS[9], unpack(defers))
+  redis.call('ZADD', KEYS[14], earliest, 'd')
+end
+if #runs > 0 then
+  redis.call('HSET', KEYS[12], unpack(runs))
+  redis.call('ZADD', KEYS[13], unpack(run_idx))
+end
+
+-- Retention: the oldest past the count, then the oldest past the age, 200 at most of each.
+local function expired(index, keep, keep_ms)
+  local old = {}
+  local excess = redis.call('ZCARD', index) - keep
+  if excess > 0 then old = redis.call('ZRANGE', index, 0, math.min(excess, 200) - 1) end
+  if #old == 0 then
+    old = redis.call('ZRANGEBYSCORE', index, '-inf', now - keep_ms, 'LIMIT', 0, 200)
+  end
+  if #old > 0 then redis.call('ZREM', index, unpack(old)) end
+  return old
+end
+local gone = expired(KEYS[4], keep_done, keep_done_ms)
+if #gone > 0 then
+  for k = 5, 10 do
+    redis.call('HDEL', KEYS[k], unpack(gone))
+  end
+end
+local gone_runs = expired(KEYS[13], keep_runs, keep_runs_ms)
+if #gone_runs > 0 then redis.call('HDEL', KEYS[12], unpack(gone_runs)) end
+return out
