@@ -22,8 +22,18 @@ from redis.asyncio import Redis
 
 from dispatch import keys
 from dispatch.config import Settings, default_host, from_env
-from dispatch.errors import InvalidJob, NotFound
-from dispatch.model import DeferRecord, Job, Result, RunRecord, encode_job, encoder, iso, validate
+from dispatch.errors import Conflict, InvalidJob, NotFound
+from dispatch.model import (
+    DeferRecord,
+    Job,
+    Result,
+    RunRecord,
+    decode_job,
+    encode_job,
+    encoder,
+    iso,
+    one_line,
+)
 from dispatch.queue import Enqueued, NewJob, Queue
 from dispatch.records import decode as decode_record
 
@@ -113,11 +123,19 @@ class Client:
         self, job: Job, *, due_ms: int = 0, delay_ms: int = 0, dedup_window_ms: int = HOUR_MS
     ) -> Enqueued:
         """Validate and enqueue; a duplicate (same dedup key, window open) returns the first id."""
-        validate(job)
-        if due_ms < 0 or delay_ms < 0:
-            raise InvalidJob("a due time cannot be negative")
-        new = NewJob(job.id, encode_job(job), due_ms, delay_ms, job.dedup or "", dedup_window_ms)
-        return (await self.queue(job.queue).enqueue([new]))[0]
+        raw = _checked_document(job)
+        for name, value in (
+            ("due", due_ms),
+            ("delay", delay_ms),
+            ("dedup window", dedup_window_ms),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidJob(f"{name} must be a whole number of milliseconds, 0 or more")
+        new = NewJob(job.id, raw, due_ms, delay_ms, job.dedup or "", dedup_window_ms)
+        done = (await self.queue(job.queue).enqueue([new]))[0]
+        if done.taken:
+            raise Conflict(f"job id {job.id} is already taken")
+        return done
 
     async def get(self, job_id: str) -> JobView | None:
         for name in await self.queues():
@@ -258,6 +276,16 @@ class Client:
         names = await self.queues()
         await asyncio.gather(*(self.queue(n).resume() for n in names))
         return names
+
+
+def _checked_document(job: Job) -> bytes:
+    """Encode, then decode as a daemon would: a job built in code gets the same checks."""
+    try:
+        raw = encode_job(job)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidJob(one_line(f"job document: {exc}")) from None
+    decode_job(raw)
+    return raw
 
 
 def _now_ms() -> int:

@@ -61,3 +61,25 @@ def hosts_registry(prefix: str = DEFAULT_PREFIX) -> str:
 def host_alive(host: str, prefix: str = DEFAULT_PREFIX) -> str:
     """STRING with a short TTL, refreshed by the host's heartbeat: present means alive."""
     return f"{prefix}:host:{host}"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseKeys:
+    """The keys of one fleet lease. Field order after `name` is the contract with lease_*.lua."""
+
+    name: str
+    holders: str  # ZSET holder id -> expiry (server ms)
+    fence: str  # STRING monotonic fencing counter; never expires, so fences never repeat
+
+
+def lease_keys(name: str, prefix: str = DEFAULT_PREFIX) -> LeaseKeys:
+    """Keys of the lease `name`, under one hash tag so each lease script hits one cluster slot."""
+    if "{" in name or "}" in name:
+        raise ValueError(f"lease name must not contain braces: {name!r}")
+    tag = "{" + prefix + ":lease:" + name + "}"
+    return LeaseKeys(name, f"{tag}:holders", f"{tag}:fence")
+
+
+def leases_registry(prefix: str = DEFAULT_PREFIX) -> str:
+    """SET of lease names ever acquired, so a boot sweep can find this host's stale holders."""
+    return f"{prefix}:leases"

@@ -23,11 +23,11 @@ MAX_JOB_BYTES = 64 * 1024
 DEFAULT_ATTEMPTS = 3
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_QUEUE = re.compile(r"^jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?$")
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY = re.compile(r"^\d+(\.\d+)?[kmgKMG]?$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
+_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEMORY = re.compile(r"\d+(\.\d+)?[kmgKMG]?")
 
 Kind = Literal["plain", "local", "forge"]
 Outcome = Literal["completed", "policy", "failed", "infra", "cancelled"]
@@ -110,14 +110,20 @@ def peek_version(raw: bytes | str) -> int:
 
 def decode_job(raw: bytes | str) -> Job:
     """Decode and validate a job document; raise InvalidJob with a one-line reason."""
-    if len(raw) > MAX_JOB_BYTES:
-        raise InvalidJob(f"job document is {len(raw)} bytes, over the {MAX_JOB_BYTES}-byte cap")
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > MAX_JOB_BYTES:
+        raise InvalidJob(f"job document is {size} bytes, over the {MAX_JOB_BYTES}-byte cap")
     try:
         job = _job_decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InvalidJob(f"job document: {exc}") from None
+        raise InvalidJob(one_line(f"job document: {exc}")) from None
     validate(job)
     return job
+
+
+def one_line(text: str) -> str:
+    """A reason fit for one line of stderr or a record field, whatever the input held."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def encode_job(job: Job) -> bytes:
@@ -136,9 +142,9 @@ def _problems(job: Job) -> list[str]:
     problems: list[str] = []
     if job.v != JOB_VERSION:
         problems.append(f"job version {job.v} is not known to this build (knows {JOB_VERSION})")
-    if not _ID.match(job.id):
+    if not _ID.fullmatch(job.id):
         problems.append("id must be 1-128 of A-Z a-z 0-9 . _ - and start with a letter or digit")
-    if not _QUEUE.match(job.queue):
+    if not _QUEUE.fullmatch(job.queue):
         problems.append("queue must be 'jobs' or 'jobs@<host>'")
     problems += _kind_problems(job)
     if not 1 <= job.attempts <= 100:
@@ -146,7 +152,9 @@ def _problems(job: Job) -> list[str]:
     if not 1_000 <= job.timeout_ms <= 7 * 24 * 3_600_000:
         problems.append("timeout must be between 1 second and 7 days")
     problems += [
-        f"env name {k!r} is not a valid variable name" for k in job.env if not _ENV_NAME.match(k)
+        f"env name {k!r} is not a valid variable name"
+        for k in job.env
+        if not _ENV_NAME.fullmatch(k)
     ]
     problems += _size_problems(job.size)
     problems += [_wait_problem(w) for w in job.wait_for if _wait_problem(w)]
@@ -158,7 +166,7 @@ def _kind_problems(job: Job) -> list[str]:
         if not job.folder or not os.path.isabs(job.folder) or "\0" in job.folder:
             return ["a local job needs an absolute folder"]
     elif job.kind == "forge":
-        if not job.repo or not _REPO.match(job.repo):
+        if not job.repo or not _REPO.fullmatch(job.repo):
             return ["a forge job needs repo as owner/name"]
         if job.number is not None and job.number < 1:
             return ["number must be a positive integer"]
@@ -171,7 +179,7 @@ def _size_problems(size: Size | None) -> list[str]:
     if size is None:
         return []
     problems = []
-    if size.memory is not None and not _MEMORY.match(size.memory):
+    if size.memory is not None and not _MEMORY.fullmatch(size.memory):
         problems.append("size.memory must look like 512m, 4g or a byte count")
     if size.cpus is not None and not 0 < size.cpus <= 1024:
         problems.append("size.cpus must be above 0")

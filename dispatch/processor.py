@@ -144,17 +144,11 @@ class Processor:
         record = self._record(claim, job, result, outcome, reason)
         if abort_reason == "shutdown":
             return self._defer_ending(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
-        if (
-            outcome == "infra"
-            and reason not in ("job-timeout", "lock-lost")
-            and claim.attempt < job.attempts
-        ):
+        if outcome == "infra" and reason != "lock-lost" and claim.attempt < job.attempts:
             delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
             return self._defer_ending(
                 claim, Defer(delay, "retry", detail=reason), job, record, "retry"
             )
-        if reason == "job-timeout":
-            outcome = "failed"
         state: State = "completed" if outcome == "completed" else "failed"
         if outcome == "cancelled":
             state = "cancelled"

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from dispatch.keys import DEFAULT_PREFIX, QueueKeys, queue_keys, queues_registry
-from dispatch.scripts import Arg, load_all, raise_for, script
+from dispatch.scripts import Arg, Code, load_all, raise_for, script
 
 DAY_MS = 24 * 3_600_000
 
@@ -77,7 +77,8 @@ class Finish:
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     id: str
-    created: bool  # False: a duplicate of the job `id` within its dedup window
+    created: bool  # False: a duplicate of the job `id` within its dedup window, or taken
+    taken: bool = False  # the id already belongs to another job: nothing was written
 
 
 class Queue:
@@ -93,24 +94,23 @@ class Queue:
         self.prefix = prefix
         self.keys: QueueKeys = queue_keys(name, prefix)
         self.retention = retention or Retention()
+        self._registered = False
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Add jobs; raise Conflict when an id is already taken (nothing else changes)."""
+        """Add jobs; each answer says created, duplicate (the first job's id) or taken."""
         k = self.keys
         args: list[Arg] = []
         for j in jobs:
             args += [j.id, j.data, j.due_ms, j.delay_ms, j.dedup, j.dedup_window_ms]
         keys = [k.data, k.queued, k.wait, k.delayed, k.dedup, k.dedup_exp, k.done, k.marker]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(queues_registry(self.prefix), self.name)
-            script("job_enqueue").queue(pipe, keys, args)
-            reply = await _execute_with_scripts(self.redis, pipe)
-        out = _checked(reply[1], "enqueue")
-        results = []
-        for code, job_id in zip(out[::2], out[1::2], strict=True):
-            raise_for(int(code), f"enqueue {_text(job_id)}")
-            results.append(Enqueued(_text(job_id), int(code) == 1))
-        return results
+        out = _checked(await script("job_enqueue")(self.redis, keys, args), "enqueue")
+        if not self._registered:  # only once the queue really holds something
+            await self.redis.sadd(queues_registry(self.prefix), self.name)
+            self._registered = True
+        return [
+            Enqueued(_text(job_id), int(code) == 1, int(code) == Code.CONFLICT)
+            for code, job_id in zip(out[::2], out[1::2], strict=True)
+        ]
 
     def _claim_call(self, count: int, host: str, lock_ms: int) -> tuple[list[str], list[Arg]]:
         k = self.keys
@@ -197,6 +197,8 @@ class Queue:
         self, locks: Sequence[tuple[str, str]], lock_ms: int
     ) -> tuple[list[str], list[str]]:
         """Renew locks; return (lost ids, ids with a pending cancel request)."""
+        if not locks:
+            return [], []
         args: list[Arg] = [lock_ms]
         for job_id, token in locks:
             args += [job_id, token]

@@ -83,6 +83,8 @@ def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:
     """Map a run's result to the record's outcome and reason."""
     if abort_reason == "operator-cancel":
         return "cancelled", abort_reason
+    if abort_reason == "job-timeout":  # would time out again: not retried
+        return "failed", abort_reason
     if result.refusal:
         return "policy", result.refusal
     if abort_reason:

@@ -92,6 +92,8 @@ class Worker:
         self.idle = asyncio.Event()
         self.idle.set()
         self.draining = False
+        self.closing = False
+        self.stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -117,14 +119,29 @@ class Worker:
         background = [asyncio.create_task(c) for c in loops]
         await stop.wait()
         await self.shutdown()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
+        await self._close(background)
         event("worker_stopped", host=self.s.host)
+
+    async def _close(self, background: list[asyncio.Task[Any]]) -> None:
+        """Let every loop return on its own: cancelling a Redis call mid-flight can leave a
+        connection half-read (and the cancellation swallowed), so cancel only stragglers."""
+        self.closing = True
+        self.stopping.set()
+        self.room.set()
+        for lane in self.lanes.values():
+            lane.flush.set()
+            with contextlib.suppress(RedisError, OSError):
+                await lane.queue.wake()  # returns our own watcher from BZPOPMIN at once
+        _, hung = await asyncio.wait(background, timeout=self.t.block_s + 2.0)
+        for task in hung:
+            task.cancel()
+        if hung:
+            event("worker_tasks_hung", tasks=len(hung))
 
     async def shutdown(self) -> None:
         """Stop claiming; let running jobs finish within the grace, then abort them."""
         self.draining = True
+        self.room.set()  # let the watchers see the drain
         for lane in self.lanes.values():
             lane.wake.set()
         event("worker_draining", running=len(self.running), grace_s=self.s.shutdown_grace_s)
@@ -143,14 +160,20 @@ class Worker:
     async def _every(
         self, period_s: float, fn: Callable[[], Awaitable[None]], at_start: bool = False
     ) -> None:
-        if not at_start:
-            await asyncio.sleep(period_s)
-        while True:
+        if not at_start and await self._stopped_within(period_s):
+            return
+        while not self.closing:
             try:
                 await fn()
             except (RedisError, OSError, TimeoutError) as exc:
                 event("redis_error", during=getattr(fn, "__name__", "loop"), error=str(exc))
-            await asyncio.sleep(period_s * random.uniform(0.9, 1.1))
+            if await self._stopped_within(period_s * random.uniform(0.9, 1.1)):
+                return
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        return self.stopping.is_set()
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -210,6 +233,8 @@ class Worker:
         lane = self.lanes[name]
         while not self.draining:
             await self.room.wait()
+            if self.draining:
+                return
             try:
                 popped = await self.blocking.bzpopmin(lane.queue.keys.marker, self.t.block_s)
             except (RedisError, OSError) as exc:
@@ -268,7 +293,7 @@ class Worker:
 
     async def _flusher(self, name: str) -> None:
         lane = self.lanes[name]
-        while True:
+        while not self.closing:
             await lane.flush.wait()
             lane.flush.clear()
             if lane.pending:

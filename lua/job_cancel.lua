@@ -17,8 +17,9 @@ Returns  {1} cancelled before start; {2, token} running under that claim (nothin
          {3} already finished (nothing written)
 Errors   -2 no such job; -3 the job is in no state (debris); -4 bad input
 ]]
+if #ARGV ~= 4 then return -4 end
 local id = ARGV[1]
-if not id or id == '' or ARGV[2] == '' or ARGV[3] == '' or ARGV[4] == '' then return -4 end
+if id == '' or ARGV[2] == '' or ARGV[3] == '' or ARGV[4] == '' then return -4 end
 if redis.call('ZSCORE', KEYS[4], id) then return {3} end
 if redis.call('ZSCORE', KEYS[3], id) then return {2, redis.call('HGET', KEYS[6], id) or ''} end
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return -2 end

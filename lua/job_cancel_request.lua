@@ -8,8 +8,10 @@ ARGV[3]  ttl_ms  int   how long the request stands
 Returns  1 requested
 Errors   -1 the claim is no longer current (finished, stalled or re-claimed); -4 bad input
 ]]
+if #ARGV ~= 3 then return -4 end
 local ttl = tonumber(ARGV[3])
-if ARGV[1] == '' or ARGV[2] == '' or not ttl or ttl < 1 then return -4 end
+-- ttl % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
+if ARGV[1] == '' or ARGV[2] == '' or not ttl or ttl % 1 ~= 0 or ttl < 1 then return -4 end
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

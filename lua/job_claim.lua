@@ -18,9 +18,11 @@ Returns  {now_ms, next_due_ms or 0, id, token, attempt, stalls, queued_ms, job, 
          six fields per claimed job; attempt is 1-based; nothing is claimed while paused
 Errors   -4 bad input
 ]]
+if #ARGV ~= 3 then return -4 end
 local count, lock_ms, host = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[2]
-if not count or count < 0 or count > 1000 or count % 1 ~= 0 or not lock_ms or lock_ms < 1
-    or host == '' then
+-- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
+if not count or count % 1 ~= 0 or count < 0 or count > 1000
+    or not lock_ms or lock_ms % 1 ~= 0 or lock_ms < 1 or host == '' then
   return -4
 end
 

@@ -4,8 +4,8 @@ KEYS[1]  data       hash  id -> job JSON
 KEYS[2]  queued     hash  id -> enqueue instant (server ms)
 KEYS[3]  wait       list  ready ids
 KEYS[4]  delayed    zset  id -> due ms
-KEYS[5]  dedup      hash  dedup key -> id
-KEYS[6]  dedup_exp  zset  dedup key -> window end ms
+KEYS[5]  dedup      hash  dedup key -> "<window end ms> <id>"
+KEYS[6]  dedup_exp  zset  dedup key -> when to look at the entry again (purge schedule)
 KEYS[7]  done       zset  finished ids
 KEYS[8]  marker     zset  wake-up marker daemons block on
 ARGV[1]  id         str   job id; ARGV[1..6] repeat once per job
@@ -40,12 +40,20 @@ local function live(id)
   return redis.call('HEXISTS', KEYS[1], id) == 1 and not redis.call('ZSCORE', KEYS[7], id)
 end
 
+-- The job a dedup key names while it still holds (window open, or its job unfinished).
+local function holder(key)
+  local entry = redis.call('HGET', KEYS[5], key)
+  if not entry then return false end
+  local window_end, id = string.match(entry, '^(%d+) (.+)$')
+  if id and (tonumber(window_end) > now or live(id)) then return id end
+  return false
+end
+
 local function purge_lapsed_dedup()
   local lapsed = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 20)
   for _, key in ipairs(lapsed) do
-    local id = redis.call('HGET', KEYS[5], key)
-    if id and live(id) then
-      redis.call('ZADD', KEYS[6], now + 60000, key)  -- still live: look again later
+    if holder(key) then
+      redis.call('ZADD', KEYS[6], now + 60000, key)  -- its job is still live: look again later
     else
       redis.call('HDEL', KEYS[5], key)
       redis.call('ZREM', KEYS[6], key)
@@ -65,11 +73,7 @@ for i, it in ipairs(items) do
   local existing = false
   if key ~= '' then
     if not purged then purge_lapsed_dedup(); purged = true end
-    existing = seen['dedup:' .. key] or redis.call('HGET', KEYS[5], key)
-    if existing then
-      local fresh = (tonumber(redis.call('ZSCORE', KEYS[6], key)) or 0) > now
-      if not (seen['dedup:' .. key] or fresh or live(existing)) then existing = false end
-    end
+    existing = seen['dedup:' .. key] or holder(key)
   end
   if existing then
     out[#out + 1] = 0; out[#out + 1] = existing
@@ -81,7 +85,7 @@ for i, it in ipairs(items) do
     queued[#queued + 1] = id; queued[#queued + 1] = now
     if key ~= '' then
       seen['dedup:' .. key] = id
-      redis.call('HSET', KEYS[5], key, id)
+      redis.call('HSET', KEYS[5], key, (now + window) .. ' ' .. id)
       redis.call('ZADD', KEYS[6], now + window, key)
     end
     local at = (due > now and due) or (delay > 0 and now + delay) or 0

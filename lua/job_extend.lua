@@ -10,7 +10,10 @@ Returns  {{lost ids}, {ids with a live cancel request}}; a lost lock is not rene
 Errors   -4 bad input; nothing is written
 ]]
 local lock_ms = tonumber(ARGV[1])
-if not lock_ms or lock_ms < 1 or #ARGV < 3 or (#ARGV - 1) % 2 ~= 0 then return -4 end
+-- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
+if not lock_ms or lock_ms % 1 ~= 0 or lock_ms < 1 or #ARGV < 3 or (#ARGV - 1) % 2 ~= 0 then
+  return -4
+end
 local ids, tokens = {}, {}
 for i = 2, #ARGV, 2 do
   if ARGV[i] == '' or ARGV[i + 1] == '' then return -4 end

@@ -26,20 +26,27 @@ ARGV[9]  payload    str   finish: result JSON; retry/defer: defer record JSON
 ARGV[10] run_id     str   run record id to mirror, "" for none
 ARGV[11] run        str   run record JSON, "" for none
 Returns  flat list of codes, one per job: 1 done; -1 lock lost (nothing written for that job)
-Errors   -4 bad input; nothing is written
+Errors   -4 bad input (a number that is not an integer >= 0, an unknown action, an empty
+         field); nothing is written
+A claim ends once: a second ending for the same id in one call gets -1.
 A retry counts an attempt; a defer counts none. Retention trims at most 200 of each per call.
 ]]
-local keep_done, keep_done_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local keep_runs, keep_runs_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+-- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
+local function count(x)
+  local v = tonumber(x)
+  if v and v % 1 == 0 and v >= 0 then return v end
+end
+local keep_done, keep_done_ms = count(ARGV[1]), count(ARGV[2])
+local keep_runs, keep_runs_ms = count(ARGV[3]), count(ARGV[4])
 if not keep_done or not keep_done_ms or not keep_runs or not keep_runs_ms then return -4 end
 local n = #ARGV - 4
 if n <= 0 or n % 7 ~= 0 then return -4 end
 local actions = {finish = true, retry = true, defer = true}
 local items, ids = {}, {}
 for i = 5, #ARGV, 7 do
-  local delay = tonumber(ARGV[i + 3])
+  local delay = count(ARGV[i + 3])
   if not actions[ARGV[i]] or ARGV[i + 1] == '' or ARGV[i + 2] == '' or ARGV[i + 4] == ''
-      or not delay or delay < 0 or delay % 1 ~= 0 then
+      or not delay then
     return -4
   end
   items[#items + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], delay, ARGV[i + 4], ARGV[i + 5],
@@ -52,13 +59,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))
 local out, held, results, done, later, defers, runs, run_idx = {}, {}, {}, {}, {}, {}, {}, {}
-local earliest = false
+local earliest, ended = false, {}
 for i, it in ipairs(items) do
   local action, id, token, delay, payload, run_id, run = unpack(it)
-  if locks[i] ~= token then
+  if locks[i] ~= token or ended[id] then
     out[i] = -1
   else
     out[i] = 1
+    ended[id] = true
     held[#held + 1] = id
     if action == 'finish' then
       results[#results + 1] = id; results[#results + 1] = payload

@@ -14,8 +14,11 @@ ARGV[3]  result      str   result JSON written for a job that stalled too often
 Returns  {{requeued ids}, {failed ids}}
 Errors   -4 bad input; nothing is written
 ]]
+if #ARGV ~= 3 then return -4 end
 local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not max_stalls or max_stalls < 0 or not limit or limit < 1 or limit > 1000 or ARGV[3] == '' then
+-- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
+if not max_stalls or max_stalls % 1 ~= 0 or max_stalls < 0
+    or not limit or limit % 1 ~= 0 or limit < 1 or limit > 1000 or ARGV[3] == '' then
   return -4
 end
 

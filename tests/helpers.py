@@ -1,0 +1,35 @@
+"""Polling with a deadline: tests wait for conditions, never for a fixed time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T]], timeout: float = 10.0, every: float = 0.02
+) -> T:
+    """Return check()'s first truthy value; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
+        await asyncio.sleep(every)
+
+
+def eventually_sync(check: Callable[[], T], timeout: float = 10.0, every: float = 0.05) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
+        time.sleep(every)

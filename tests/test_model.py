@@ -1,0 +1,281 @@
+"""The job document: what decodes, what is refused (one-line `InvalidJob`), and `peek_version`.
+
+No Redis here; `tests/test_submit_invalid.py` checks that refused submissions write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import msgspec
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from dispatch.errors import InvalidJob
+from dispatch.model import (
+    JOB_VERSION,
+    MAX_JOB_BYTES,
+    Job,
+    decode_job,
+    encode_job,
+    peek_version,
+    validate,
+)
+
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def doc(**fields) -> bytes:
+    return json.dumps({"id": "job-1", **fields}).encode()
+
+
+def oversize() -> bytes:
+    return doc(command=["x" * MAX_JOB_BYTES])
+
+
+# name -> a document the submitter must refuse; shared with tests/test_submit_invalid.py
+BAD_DOCS: dict[str, bytes] = {
+    "empty": b"",
+    "truncated json": b'{"id": "a"',
+    "not json": b"id=a",
+    "trailing garbage": b'{"id": "a"} x',
+    "invalid utf-8": b'{"id": "\xff"}',
+    "null": b"null",
+    "list": b'[{"id": "a"}]',
+    "string": b'"a"',
+    "no id": b"{}",
+    "id not a string": doc(id=5),
+    "attempts as text": doc(attempts="3"),
+    "attempts as float": doc(attempts=2.5),
+    "force as text": doc(force="yes"),
+    "command as text": doc(command="make test"),
+    "command with a number": doc(command=["sleep", 1]),
+    "env value a number": doc(env={"A": 1}),
+    "env as list": doc(env=["A=1"]),
+    "unknown kind": doc(kind="docker"),
+    "unknown field": doc(bogus=1),
+    "snake_case field": doc(timeout_ms=1000),
+    "unknown nested field": doc(size={"gpus": 1}),
+    "unknown waitFor field": doc(waitFor=[{"until": "x"}]),
+    "oversize": oversize(),
+    "newer version": doc(v=JOB_VERSION + 1),
+    "version zero": doc(v=0),
+    "version as text": doc(v="1"),
+    "relative folder": doc(kind="local", folder="work/repo"),
+    "local without folder": doc(kind="local"),
+    "folder with nul": doc(kind="local", folder="/work\u0000/x"),
+    "folder on plain job": doc(folder="/work/repo"),
+    "repo on plain job": doc(repo="owner/name"),
+    "repo without slash": doc(kind="forge", repo="ownername"),
+    "repo with two slashes": doc(kind="forge", repo="a/b/c"),
+    "repo with space": doc(kind="forge", repo="own er/name"),
+    "forge without repo": doc(kind="forge"),
+    "number zero": doc(kind="forge", repo="a/b", number=0),
+    "env name with dash": doc(env={"MY-VAR": "1"}),
+    "env name with digit first": doc(env={"1A": "1"}),
+    "env name empty": doc(env={"": "1"}),
+    "env name with space": doc(env={"A B": "1"}),
+    "env name with equals": doc(env={"A=B": "1"}),
+    "id empty": doc(id=""),
+    "id starting with dash": doc(id="-a"),
+    "id starting with dot": doc(id=".a"),
+    "id with slash": doc(id="a/b"),
+    "id with space": doc(id="a b"),
+    "id with brace": doc(id="a{b}"),
+    "id too long": doc(id="a" * 129),
+    "queue unknown": doc(queue="other"),
+    "queue empty host": doc(queue="jobs@"),
+    "attempts zero": doc(attempts=0),
+    "attempts over 100": doc(attempts=101),
+    "timeout under a second": doc(timeoutMs=999),
+    "timeout over a week": doc(timeoutMs=7 * 24 * 3_600_000 + 1),
+    "memory unit unknown": doc(size={"memory": "4t"}),
+    "cpus zero": doc(size={"cpus": 0}),
+    "waitFor empty": doc(waitFor=[{}]),
+    "waitFor both": doc(waitFor=[{"after": "2030-01-01T00:00:00Z", "profile": "ci"}]),
+}
+
+
+def assert_refused(raw: bytes | str) -> InvalidJob:
+    with pytest.raises(InvalidJob) as caught:
+        decode_job(raw)
+    assert one_line(str(caught.value))
+    return caught.value
+
+
+def one_line(reason: str) -> bool:
+    return len(reason.splitlines()) == 1 and reason.strip() != ""
+
+
+@pytest.mark.parametrize("raw", BAD_DOCS.values(), ids=BAD_DOCS.keys())
+def test_bad_document_is_refused_with_one_line_reason(raw: bytes) -> None:
+    assert_refused(raw)
+
+
+def test_reasons_name_the_problem() -> None:
+    assert "bytes" in str(assert_refused(oversize()))
+    assert "version" in str(assert_refused(doc(v=JOB_VERSION + 1)))
+    assert "absolute folder" in str(assert_refused(doc(kind="local", folder="rel")))
+    assert "owner/name" in str(assert_refused(doc(kind="forge", repo="x")))
+    assert "'A-B'" in str(assert_refused(doc(env={"A-B": "1"})))
+    assert "bogus" in str(assert_refused(doc(bogus=1)))
+
+
+def test_minimal_and_full_documents_decode() -> None:
+    assert decode_job(b'{"id":"a"}') == Job(id="a")
+    full = doc(
+        kind="forge",
+        repo="owner/name",
+        number=7,
+        command=["make", "test"],
+        env={"CI": "1", "_X9": ""},
+        queue="jobs@host-1",
+        attempts=100,
+        timeoutMs=1000,
+        size={"memory": "512m", "cpus": 1.5},
+        waitFor=[{"after": "2030-01-01T00:00:00Z"}, {"profile": "ci"}],
+        dedup="key",
+        force=True,
+    )
+    job = decode_job(full)
+    assert (job.repo, job.number, job.target()) == ("owner/name", 7, "owner/name#7")
+    assert decode_job(full.decode()) == job  # str documents too
+    assert decode_job(doc(kind="local", folder="/work/repo/")).target() == "repo"
+
+
+def test_size_cap_is_inclusive() -> None:
+    base = doc(command=[""])
+    fits = doc(command=["x" * (MAX_JOB_BYTES - len(base))])
+    assert len(fits) == MAX_JOB_BYTES
+    assert decode_job(fits).command[0].startswith("x")
+    assert_refused(doc(command=["x" * (MAX_JOB_BYTES - len(base) + 1)]))
+
+
+def test_encode_refuses_oversize_job() -> None:
+    with pytest.raises(InvalidJob, match="bytes"):
+        encode_job(Job(id="a", command=["x" * MAX_JOB_BYTES]))
+
+
+def test_peek_version_reads_a_newer_version_without_trusting_the_rest() -> None:
+    newer = JOB_VERSION + 1
+    assert peek_version(doc(v=newer)) == newer
+    assert peek_version(json.dumps({"v": newer, "id": 5, "future": {"x": [1]}})) == newer
+    assert peek_version(json.dumps({"v": newer, "kind": "quantum", "attempts": "many"})) == newer
+    assert peek_version(b'{"id":"a"}') == JOB_VERSION  # no v: the first version
+    for unreadable in (b"", b"{", b"[2]", b'"v"', b'{"v":"2"}', b'{"v":true}', b"\xff"):
+        assert peek_version(unreadable) == 0, unreadable
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"id": "job\n"},
+        {"env": {"PATH\n": "x"}},
+        {"queue": "jobs\n"},
+        {"kind": "forge", "repo": "owner/name\n"},
+        {"size": {"memory": "4g\n"}},
+    ],
+    ids=["id", "env name", "queue", "repo", "memory"],
+)
+def test_trailing_newline_is_refused(fields) -> None:
+    assert_refused(doc(**fields))
+
+
+def test_size_cap_counts_bytes_of_a_str_document() -> None:
+    raw = json.dumps({"id": "a", "command": ["é" * 40_000]}, ensure_ascii=False)
+    assert len(raw) < MAX_JOB_BYTES < len(raw.encode())
+    assert_refused(raw)
+
+
+def test_reason_is_one_line_for_an_unknown_field_with_a_newline() -> None:
+    assert_refused(b'{"id": "a", "x\\ny": 1}')
+
+
+# -- the wide input space --------------------------------------------------------------------
+
+# keys without line breaks: an unknown field's name is echoed in the reason (the bug above)
+keys = st.text(st.characters(exclude_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = [
+    "id", "v", "queue", "kind", "folder", "forge", "repo", "number", "image", "command", "env",
+    "project", "size", "provider", "model", "waitFor", "dedup", "parentJobId", "attempts",
+    "timeoutMs", "force",
+]  # fmt: skip
+# plausible values for each field, mixed with arbitrary JSON, so validation is reached often
+plausible = {
+    "id": st.from_regex(ID_RE, fullmatch=True) | st.text(max_size=5),
+    "kind": st.sampled_from(["plain", "local", "forge", "other"]),
+    "folder": st.sampled_from(["/abs/dir", "rel/dir", "/", ""]),
+    "repo": st.sampled_from(["o/n", "o", "o/n/x"]),
+    "queue": st.sampled_from(["jobs", "jobs@h", "jobs@", "x"]),
+    "env": st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3),
+    "attempts": st.integers(-1, 102),
+    "timeoutMs": st.integers(0, 10**9),
+    "command": st.lists(st.text(max_size=5), max_size=3),
+    "number": st.integers(-2, 5),
+}
+documents = st.fixed_dictionaries(
+    {"id": plausible["id"]},
+    optional={f: (plausible.get(f, json_values) | json_values) for f in FIELDS if f != "id"},
+)
+
+
+def assert_valid(job: Job) -> None:
+    """What a decoded job must satisfy (a trailing newline is the known bug tested above)."""
+    validate(job)
+    assert ID_RE.fullmatch(job.id.rstrip("\n")), job.id
+    assert all(ENV_RE.fullmatch(name.rstrip("\n")) for name in job.env)
+    assert decode_job(encode_job(job)) == job
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=json_values)
+@example(value={"id": "a", "v": 2})
+@example(value=[{"id": "a"}])
+def test_any_json_value_decodes_or_is_refused(value) -> None:
+    raw = json.dumps(value).encode()
+    try:
+        job = decode_job(raw)
+    except InvalidJob as exc:
+        assert one_line(str(exc)), exc
+        return
+    assert_valid(job)
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=documents)
+def test_any_document_decodes_or_is_refused(document) -> None:
+    try:
+        job = decode_job(json.dumps(document))
+    except InvalidJob as exc:
+        assert one_line(str(exc)), exc
+        return
+    assert_valid(job)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=200))
+@example(raw=b'{"id":"a","command":["\\ud800"]}')  # a lone surrogate
+@example(raw=b'{"id":"a","number":99999999999999999999999}')
+def test_any_bytes_decode_or_are_refused(raw: bytes) -> None:
+    try:
+        job = decode_job(raw)
+    except InvalidJob as exc:
+        assert one_line(str(exc)), exc
+        return
+    assert_valid(job)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ident=st.from_regex(ID_RE, fullmatch=True), name=st.from_regex(ENV_RE, fullmatch=True))
+def test_ids_and_env_names_of_the_documented_form_are_accepted(ident: str, name: str) -> None:
+    job = decode_job(doc(id=ident, env={name: "v"}))
+    assert (job.id, list(job.env)) == (ident, [name])
+    assert msgspec.json.decode(encode_job(job))["id"] == ident
