@@ -56,7 +56,7 @@ class Settings:
     concurrency: int = 3
     state_dir: Path = field(default_factory=default_state_dir)
     config_dir: Path = field(default_factory=default_config_dir)
-    runner: str = "process"
+    runner: str = "docker"
     lock_ms: int = 30_000
     max_stalls: int = 1
     shutdown_grace_s: float = 30.0

@@ -9,6 +9,7 @@ import signal
 import uvloop
 from redis.asyncio import Redis
 
+from dispatch.boot import boot
 from dispatch.config import Settings
 from dispatch.log import event
 from dispatch.process_runner import ProcessRunner
@@ -39,20 +40,30 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     redis = redis_client(settings.redis_url, socket_timeout=15)
     blocking = redis_client(settings.redis_url, socket_timeout=30)
+    runner = make_runner(settings)
     processor = Processor(
         ProcessorSettings(
             host=settings.host,
             output_dir=settings.state_dir / "output",
             stop_grace_s=settings.stop_grace_s,
         ),
-        make_runner(settings),
+        runner,
     )
     worker = Worker(settings, redis, processor, blocking=blocking)
     try:
+        await boot(redis, runner, settings.host, settings.prefix)
         await worker.run(stop)
+        await _settle(runner)
     finally:
         await redis.aclose()
         await blocking.aclose()
+
+
+async def _settle(runner: Runner) -> None:
+    """Let background container removals finish before the loop closes."""
+    settle = getattr(runner, "settle", None)
+    if settle is not None:
+        await settle()
 
 
 def run(settings: Settings) -> None:
