@@ -89,13 +89,13 @@ class DockerSettings:
         return cls(
             docker_host=e.get("DOCKER_HOST") or None,
             allowed_roots=roots,
-            default_image=e.get("DISPATCH_DEFAULT_IMAGE") or None,
+            default_image=e.get("DISPATCH_IMAGE") or None,
             user=e.get("DISPATCH_CONTAINER_USER", cls.user),
             network=e.get("DISPATCH_CONTAINER_NETWORK") or None,
             read_only=e.get("DISPATCH_CONTAINER_READ_ONLY", "") in ("1", "true", "yes"),
             pids_limit=int(e.get("DISPATCH_CONTAINER_PIDS_LIMIT", cls.pids_limit)),
-            default_memory=e.get("DISPATCH_DEFAULT_MEMORY", cls.default_memory),
-            default_cpus=float(e.get("DISPATCH_DEFAULT_CPUS", cls.default_cpus)),
+            default_memory=e.get("DISPATCH_JOB_MEMORY", cls.default_memory),
+            default_cpus=float(e.get("DISPATCH_JOB_CPUS", cls.default_cpus)),
         )
 
 

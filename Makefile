@@ -1,0 +1,20 @@
+.PHONY: install lint typecheck test bench
+
+install:
+	python3 -m venv .venv
+	.venv/bin/pip install -q -e '.[test]'
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+typecheck:
+	.venv/bin/mypy
+
+test:
+	./scripts/test.sh
+
+bench:
+	.venv/bin/python -m bench.queue --json
+	.venv/bin/python -m bench.leases --json
+	.venv/bin/python -m bench.container --json
