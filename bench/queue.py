@@ -1,0 +1,436 @@
+"""Queue throughput and delayed-job lateness of dispatch's daemon, with no-op jobs.
+
+    python -m bench.queue [--jobs 20000] [--concurrency 50] [--processes 1] [--json]
+
+Starts its own redis-server on a free port (no persistence) unless DISPATCH_REDIS_URL names
+one, and uses a fresh key prefix per run. The daemons are dispatch's own `Worker`, each in a
+process of its own (host names bench-1, bench-2, ...) with default timings, a processor
+without gates, and an in-process runner that returns at once.
+
+Phases, in order:
+  enqueue   N jobs into a paused queue, `--batch` per `Queue.enqueue` call; no daemon runs.
+  process   P daemons start, go idle, then the queue is resumed: from the server instant of
+            the resume to the last finish (server clock), enqueue -> claim -> complete.
+  spread    1,000 delayed jobs due one every 5 ms over 5 s;
+  burst     1,000 delayed jobs due at one instant. Lateness = when the runner is called
+            (time.time()) minus the job's due instant (from Redis TIME: one machine, one clock).
+  idle      one daemon on an empty queue, its commands per second over `--idle-s` seconds.
+
+Redis commands come from INFO commandstats deltas, so a command a script runs counts like one
+a client sends; `script_calls_per_job` counts the EVALSHA round trips alone. The bench's own
+polling is subtracted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from redis.asyncio import Redis
+
+from bench.leases import percentile, redis_server
+from dispatch import keys
+from dispatch.config import Settings
+from dispatch.log import log
+from dispatch.model import Job, encode_job, new_id
+from dispatch.processor import Processor, ProcessorSettings
+from dispatch.queue import NewJob, Queue
+from dispatch.runner import RunContext, RunResult
+from dispatch.worker import Worker
+
+Row = dict[str, Any]
+LATE_JOBS = 1_000
+SPREAD_MS = 5_000
+LEAD_MS = 1_000  # the first due instant, after the server time read before enqueueing
+POLL_S = 0.02
+POLL_CMDS = 3  # LLEN wait, ZCARD active, ZCARD delayed
+BENIGN = {"worker_started", "worker_draining", "worker_stopped"}
+
+
+# -- the daemon side ------------------------------------------------------------------------
+
+
+class NoopRunner:
+    """Returns at once; notes each job it ran and, for a delayed one, how late it was called."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.lateness_ms: dict[str, list[float]] = {}
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        now = time.time()
+        env = ctx.job.env
+        if "BENCH_DUE_MS" in env:
+            late = now * 1000 - int(env["BENCH_DUE_MS"])
+            self.lateness_ms.setdefault(env["BENCH_PHASE"], []).append(late)
+        self.ids.append(ctx.job.id)
+        now_ms = int(now * 1000)
+        return RunResult(started=True, exit_code=0, started_ms=now_ms, ended_ms=now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSpec:
+    url: str
+    prefix: str
+    host: str
+    concurrency: int
+    state_dir: Path
+
+
+def _client(url: str, socket_timeout: float) -> Redis:
+    # as dispatch.daemon builds its clients: timeouts everywhere
+    return Redis.from_url(
+        url, socket_connect_timeout=5, socket_timeout=socket_timeout, health_check_interval=30
+    )
+
+
+async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
+    """One daemon as `dispatch worker` assembles it, with the no-op runner, until told to stop."""
+    settings = Settings(
+        redis_url=spec.url,
+        embedded=False,
+        prefix=spec.prefix,
+        host=spec.host,
+        concurrency=spec.concurrency,
+        state_dir=spec.state_dir,
+    )
+    redis, blocking = _client(spec.url, 15), _client(spec.url, 30)
+    runner = NoopRunner()
+    processor = Processor(
+        ProcessorSettings(host=spec.host, output_dir=spec.state_dir / "output"), runner
+    )
+    worker = Worker(settings, redis, processor, blocking=blocking)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    await asyncio.get_running_loop().run_in_executor(None, stop_flag.wait)
+    stop.set()
+    await task
+    await redis.aclose()
+    await blocking.aclose()
+    return {"host": spec.host, "ids": runner.ids, "lateness_ms": runner.lateness_ms}
+
+
+def daemon_main(spec: DaemonSpec, stop_flag: Any, out: Any) -> None:
+    spec.state_dir.mkdir(parents=True, exist_ok=True)
+    with open(spec.state_dir / "daemon.log", "w") as stream:
+        log.stream, log.human = stream, False
+        row = uvloop.run(serve(spec, stop_flag))
+    out.put(row)
+
+
+class Fleet:
+    """P daemon processes on one prefix: started, awaited, stopped, their tallies gathered."""
+
+    def __init__(self, url: str, prefix: str, processes: int, concurrency: int, tmp: Path):
+        ctx = mp.get_context("spawn")
+        self.stop_flag, self.out = ctx.Event(), ctx.Queue()
+        self.specs = [
+            DaemonSpec(url, prefix, f"bench-{i + 1}", concurrency, tmp / f"{prefix}-{i + 1}")
+            for i in range(processes)
+        ]
+        self.procs = [
+            ctx.Process(target=daemon_main, args=(s, self.stop_flag, self.out), daemon=True)
+            for s in self.specs
+        ]
+
+    async def start(self, redis: Redis, settle_s: float = 0.5) -> None:
+        for p in self.procs:
+            p.start()
+        deadline = time.monotonic() + 30
+        alive = [keys.host_alive(s.host, s.prefix) for s in self.specs]
+        while await redis.exists(*alive) < len(alive):
+            if time.monotonic() > deadline:
+                raise SystemExit("the daemons did not start within 30 s")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(settle_s)  # let the first claim and stall sweep pass
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the daemon processes have used so far."""
+        total = 0
+        for p in self.procs:
+            with open(f"/proc/{p.pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> list[Row]:
+        self.stop_flag.set()
+        rows = [self.out.get(timeout=60) for _ in self.procs]
+        for p in self.procs:
+            p.join(timeout=10)
+        return rows
+
+    def warnings(self) -> Counter[str]:
+        """Events other than start and stop in the daemons' logs: lock losses, Redis errors."""
+        seen: Counter[str] = Counter()
+        for s in self.specs:
+            for line in (s.state_dir / "daemon.log").read_text().splitlines():
+                name = json.loads(line).get("event", "")
+                if name not in BENIGN:
+                    seen[name] += 1
+        return seen
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    calls: dict[str, int]
+    cpu_s: float
+
+    def __sub__(self, other: Stats) -> Stats:
+        names = self.calls.keys() | other.calls.keys()
+        calls = {n: self.calls.get(n, 0) - other.calls.get(n, 0) for n in names}
+        return Stats({n: c for n, c in calls.items() if c}, self.cpu_s - other.cpu_s)
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    @property
+    def scripts(self) -> int:
+        return self.calls.get("evalsha", 0) + self.calls.get("eval", 0)
+
+
+async def stats(redis: Redis) -> Stats:
+    """Calls per command since the server started (INFO itself left out), and its CPU."""
+    commands = await redis.info("commandstats")
+    cpu = await redis.info("cpu")
+    calls = {
+        name.removeprefix("cmdstat_"): int(v["calls"])
+        for name, v in commands.items()
+        if name != "cmdstat_info"
+    }
+    return Stats(calls, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
+
+
+async def server_ms(redis: Redis) -> int:
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def enqueue(queue: Queue, jobs: list[NewJob], batch: int) -> float:
+    """Seconds spent enqueueing `jobs` in calls of `batch`; every job must be created."""
+    started = time.perf_counter()
+    created = 0
+    for i in range(0, len(jobs), batch):
+        created += sum(e.created for e in await queue.enqueue(jobs[i : i + batch]))
+    elapsed = time.perf_counter() - started
+    if created != len(jobs):
+        raise SystemExit(f"enqueue created {created} of {len(jobs)} jobs")
+    return elapsed
+
+
+async def drained(queue: Queue, timeout_s: float = 90.0) -> int:
+    """Poll until nothing waits, runs or is delayed; return how many polls it took."""
+    k, polls = queue.keys, 0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        polls += 1
+        async with queue.redis.pipeline(transaction=False) as pipe:
+            pipe.llen(k.wait)
+            pipe.zcard(k.active)
+            pipe.zcard(k.delayed)
+            counts = await pipe.execute()
+        if not any(counts):
+            return polls
+        if time.monotonic() > deadline:
+            raise SystemExit(f"queue not drained within {timeout_s} s: {counts}")
+        await asyncio.sleep(POLL_S)
+
+
+def plain_jobs(n: int) -> list[NewJob]:
+    jobs = []
+    for _ in range(n):
+        job_id = new_id()
+        jobs.append(NewJob(job_id, encode_job(Job(id=job_id, command=["true"]))))
+    return jobs
+
+
+def timed_jobs(phase: str, due_ms: list[int]) -> list[NewJob]:
+    jobs = []
+    for due in due_ms:
+        job_id = new_id()
+        env = {"BENCH_PHASE": phase, "BENCH_DUE_MS": str(due)}
+        doc = encode_job(Job(id=job_id, command=["true"], env=env))
+        jobs.append(NewJob(job_id, doc, due_ms=due))
+    return jobs
+
+
+# -- phases ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    url: str
+    redis: Redis
+    tmp: Path
+    prefix: str = field(default_factory=lambda: f"bench{uuid.uuid4().hex[:10]}")
+    out: Row = field(default_factory=dict)
+
+    @property
+    def queue(self) -> Queue:
+        return Queue(self.redis, "jobs", self.prefix)
+
+    def fleet(self, processes: int, prefix: str | None = None) -> Fleet:
+        concurrency = self.args.concurrency
+        return Fleet(self.url, prefix or self.prefix, processes, concurrency, self.tmp)
+
+
+async def enqueue_phase(run: Run) -> Stats:
+    n = run.args.jobs
+    jobs = plain_jobs(n)
+    await run.queue.pause()  # jobs still enqueue while paused; no daemon runs yet anyway
+    before = await stats(run.redis)
+    elapsed = await enqueue(run.queue, jobs, run.args.batch)
+    used = await stats(run.redis) - before
+    run.out["enqueue_per_s"] = round(n / elapsed)
+    run.out["enqueue_cmds_per_job"] = round(used.total / n, 3)
+    return used
+
+
+async def process_phase(run: Run, fleet: Fleet) -> Stats:
+    n, queue = run.args.jobs, run.queue
+    before, cpu_before = await stats(run.redis), fleet.cpu_s()
+    resumed_ms = await server_ms(run.redis)
+    await queue.resume()  # DEL paused, ZADD marker: wakes a daemon
+    polls = await drained(queue)
+    used, cpu = await stats(run.redis) - before, fleet.cpu_s() - cpu_before
+    newest = await run.redis.zrange(queue.keys.done, -1, -1, withscores=True)
+    elapsed_s = (int(newest[0][1]) - resumed_ms) / 1000
+    own = {"time": 1, "del": 1, "zadd": 1, "llen": polls, "zcard": 2 * polls}
+    used = used - Stats(own, 0.0)
+    run.out["processed_per_s"] = round(n / elapsed_s)
+    run.out["process_cmds_per_job"] = round(used.total / n, 3)
+    run.out["script_calls_per_job"] = round(used.scripts / n, 3)
+    run.out["daemon_cpu_us_per_job"] = round(cpu / n * 1e6, 1)
+    run.out["redis_cpu_us_per_job"] = round(used.cpu_s / n * 1e6, 1)
+    return used
+
+
+async def lateness_phase(run: Run, phase: str) -> None:
+    """Enqueue 1,000 delayed jobs due from one server instant on; wait until all have run."""
+    start = await server_ms(run.redis) + LEAD_MS
+    if phase == "spread":
+        due = [start + i * SPREAD_MS // LATE_JOBS for i in range(LATE_JOBS)]
+    else:
+        due = [start] * LATE_JOBS
+    await enqueue(run.queue, timed_jobs(phase, due), run.args.batch)
+    await drained(run.queue)
+
+
+async def idle_phase(run: Run) -> None:
+    """One daemon, nothing to do: its commands per second after it has settled."""
+    fleet = run.fleet(1, prefix=f"{run.prefix}idle")
+    await fleet.start(run.redis, settle_s=1.0)
+    before = await stats(run.redis)
+    await asyncio.sleep(run.args.idle_s)
+    used = await stats(run.redis) - before
+    await asyncio.get_running_loop().run_in_executor(None, fleet.stop)
+    run.out["idle_cmds_per_s"] = round(used.total / run.args.idle_s, 2)
+    run.out["idle_script_calls_per_s"] = round(used.scripts / run.args.idle_s, 2)
+    run.out["idle_by_command"] = dict(sorted(used.calls.items()))
+
+
+def summarize(run: Run, rows: list[Row], enqueued: Stats, processed: Stats) -> None:
+    n, out = run.args.jobs, run.out
+    out["redis_cmds_per_job"] = round((enqueued.total + processed.total) / n, 3)
+    per_job = processed.calls
+    out["process_by_command"] = {
+        name: round(calls / n, 3) for name, calls in sorted(per_job.items(), key=lambda kv: -kv[1])
+    }
+    for phase in ("spread", "burst"):
+        late = [x for r in rows for x in r["lateness_ms"].get(phase, [])]
+        out[f"lateness_{phase}_p50_ms"] = round(percentile(late, 0.50), 1)
+        out[f"lateness_{phase}_p99_ms"] = round(percentile(late, 0.99), 1)
+        out[f"lateness_{phase}_max_ms"] = round(max(late, default=float("nan")), 1)
+        out[f"lateness_{phase}_jobs"] = len(late)
+    ran = [i for r in rows for i in r["ids"]]
+    out["runs"] = len(ran)
+    out["duplicate_runs"] = len(ran) - len(set(ran))
+    out["runs_by_host"] = {r["host"]: len(r["ids"]) for r in rows}
+
+
+async def measure(args: argparse.Namespace, url: str, tmp: Path) -> Row:
+    redis = Redis.from_url(url)
+    run = Run(args, url, redis, tmp)
+    try:
+        enqueued = await enqueue_phase(run)
+        fleet = run.fleet(args.processes)
+        await fleet.start(redis)
+        processed = await process_phase(run, fleet)
+        for phase in ("spread", "burst"):
+            await lateness_phase(run, phase)
+        rows = await asyncio.get_running_loop().run_in_executor(None, fleet.stop)
+        run.out["daemon_warnings"] = dict(fleet.warnings())
+        summarize(run, rows, enqueued, processed)
+        await idle_phase(run)
+    finally:
+        await redis.aclose()
+    return run.out
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+async def redis_version(url: str) -> str:
+    redis = Redis.from_url(url)
+    info = await redis.info("server")
+    await redis.aclose()
+    return str(info["redis_version"])
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.queue", description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", type=int, default=20_000, help="no-op jobs to process")
+    p.add_argument("--concurrency", type=int, default=50, help="jobs at once per daemon")
+    p.add_argument("--processes", type=int, default=1, help="daemon processes, one queue")
+    p.add_argument("--batch", type=int, default=500, help="jobs per Queue.enqueue call")
+    p.add_argument("--idle-s", type=float, default=5.0, help="idle-daemon window")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args(argv)
+
+
+async def main_async(args: argparse.Namespace) -> Row:
+    with redis_server() as url, tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
+        started = time.monotonic()
+        out: Row = {
+            "config": f"c{args.concurrency} p{args.processes}",
+            "jobs": args.jobs,
+            "concurrency": args.concurrency,
+            "processes": args.processes,
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+            "python": platform.python_version(),
+            "redis": await redis_version(url),
+        }
+        out.update(await measure(args, url, Path(tmp)))
+        out["bench_s"] = round(time.monotonic() - started, 1)
+        return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    out = uvloop.run(main_async(args))
+    if args.json:
+        print(json.dumps(out))
+        return
+    for name, value in out.items():
+        print(f"{name:28} {value}")
+
+
+if __name__ == "__main__":
+    main()
