@@ -80,3 +80,16 @@ def test_the_next_start_reaps_what_a_killed_daemon_left(
         assert dispatch(env, "cancel", job_id).returncode == 0
         assert wait_state(env, job_id, "cancelled", timeout=60) == "cancelled"
     assert containers(docker_host, host_label) == []
+
+
+def test_doctor_passes_on_a_healthy_host_and_names_each_failure(env: dict[str, str]) -> None:
+    healthy = dispatch(env, "doctor")
+    assert healthy.returncode == 0, healthy.stdout
+    names = [line.split()[1] for line in healthy.stdout.splitlines()]
+    assert names == ["redis", "redis-version", "maxmemory-policy", "scripts", "docker", "image"]
+    broken = dispatch(
+        {**env, "DISPATCH_REDIS_URL": "redis://127.0.0.1:1/0", "DISPATCH_IMAGE": "nope:1"}, "doctor"
+    )
+    assert broken.returncode == 1
+    failed = [line.split()[1] for line in broken.stdout.splitlines() if line.startswith("FAIL")]
+    assert failed == ["redis", "image"]
