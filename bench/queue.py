@@ -18,7 +18,8 @@ Phases, in order:
 
 Redis commands come from INFO commandstats deltas, so a command a script runs counts like one
 a client sends; `script_calls_per_job` counts the EVALSHA round trips alone. The bench's own
-polling is subtracted.
+polling is subtracted. `steal_pct` and `other_cpu_pct` (of one core, during the process phase)
+say how much a shared host took away from the run.
 """
 
 from __future__ import annotations
@@ -217,6 +218,15 @@ async def stats(redis: Redis) -> Stats:
     return Stats(calls, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
 
 
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _, _, irq, softirq, steal = ticks[:8]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
 async def server_ms(redis: Redis) -> int:
     seconds, micros = await redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -305,11 +315,12 @@ async def enqueue_phase(run: Run) -> Stats:
 
 async def process_phase(run: Run, fleet: Fleet) -> Stats:
     n, queue = run.args.jobs, run.queue
-    before, cpu_before = await stats(run.redis), fleet.cpu_s()
+    before, cpu_before, machine_before = await stats(run.redis), fleet.cpu_s(), machine_cpu_s()
     resumed_ms = await server_ms(run.redis)
     await queue.resume()  # DEL paused, ZADD marker: wakes a daemon
     polls = await drained(queue)
     used, cpu = await stats(run.redis) - before, fleet.cpu_s() - cpu_before
+    busy, steal = (a - b for a, b in zip(machine_cpu_s(), machine_before, strict=True))
     newest = await run.redis.zrange(queue.keys.done, -1, -1, withscores=True)
     elapsed_s = (int(newest[0][1]) - resumed_ms) / 1000
     own = {"time": 1, "del": 1, "zadd": 1, "llen": polls, "zcard": 2 * polls}
@@ -319,6 +330,9 @@ async def process_phase(run: Run, fleet: Fleet) -> Stats:
     run.out["script_calls_per_job"] = round(used.scripts / n, 3)
     run.out["daemon_cpu_us_per_job"] = round(cpu / n * 1e6, 1)
     run.out["redis_cpu_us_per_job"] = round(used.cpu_s / n * 1e6, 1)
+    # CPU the daemons and Redis did not use: the bench's polling, and anything else running
+    run.out["other_cpu_pct"] = round((busy - cpu - used.cpu_s) / elapsed_s * 100, 1)
+    run.out["steal_pct"] = round(steal / elapsed_s * 100, 1)
     return used
 
 
