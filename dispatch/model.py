@@ -8,6 +8,7 @@ misreading it, so a fleet can upgrade one host at a time.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -251,4 +252,10 @@ def iso(ms: int | None) -> str | None:
     if ms is None:
         return None
     seconds, rem = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rem:03d}Z"
+    return f"{_second(seconds)}.{rem:03d}Z"
+
+
+@functools.lru_cache(maxsize=64)
+def _second(seconds: int) -> str:
+    # records stamp many instants within the same few seconds: format each second once
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))

@@ -126,14 +126,24 @@ class Processor:
 
     async def _watch(self, ctx: RunContext) -> tuple[RunResult, asyncio.Task[RunResult] | None]:
         """Run; once aborted, wait at most `abort_wait_s` more before giving up on the run."""
-        task = asyncio.ensure_future(self.runner.run(ctx))
-        aborted = asyncio.ensure_future(ctx.aborted.wait())
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self.runner.run(ctx))
+        settled: asyncio.Future[None] = loop.create_future()
+
+        def settle(*_: object) -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        task.add_done_callback(settle)
+        give_up: list[asyncio.TimerHandle] = []
+        ctx.signal.when_aborted(
+            lambda: give_up.append(loop.call_later(self.s.abort_wait_s, settle))
+        )
         try:
-            await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                await asyncio.wait({task}, timeout=self.s.abort_wait_s)
+            await settled
         finally:
-            aborted.cancel()
+            for handle in give_up:
+                handle.cancel()
         if task.done():
             return task.result(), None
         event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)

@@ -11,6 +11,7 @@ infrastructure failure (retried while attempts remain). A job that never started
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -26,16 +27,26 @@ TRUNCATION_MARK = b"\n[dispatch: output truncated]\n"
 class AbortSignal:
     """Set once, with the first reason given; the worker holds it from claim to finish."""
 
-    __slots__ = ("event", "reason")
+    __slots__ = ("_callbacks", "event", "reason")
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.reason = ""
+        self._callbacks: list[Callable[[], object]] = []
 
     def abort(self, reason: str) -> None:
         if not self.event.is_set():
             self.reason = reason
             self.event.set()
+            for callback in self._callbacks:
+                callback()
+
+    def when_aborted(self, callback: Callable[[], object]) -> None:
+        """Call back on abort (at once if already aborted): cheaper than a task per job."""
+        if self.event.is_set():
+            callback()
+        else:
+            self._callbacks.append(callback)
 
 
 @dataclass
