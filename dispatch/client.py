@@ -139,61 +139,35 @@ class Client:
 
     async def get(self, job_id: str) -> JobView | None:
         for name in await self.queues():
-            view = await self._view(self.queue(name), job_id)
+            (view,) = await self._views(self.queue(name), [job_id])
             if view is not None:
                 return view
         return None
 
-    async def _view(self, q: Queue, job_id: str) -> JobView | None:
+    async def _views(self, q: Queue, ids: builtins.list[str]) -> builtins.list[JobView | None]:
+        """Every job's fields in one pipelined round trip, whatever the number of ids."""
         k = q.keys
-        fields = [k.defer, k.result, k.data, k.lock, k.attempts, k.stalls, k.queued]
+        zsets = (k.delayed, k.active, k.done)
+        hashes = (k.defer, k.result, k.data, k.lock, k.attempts, k.stalls, k.queued)
         async with self.redis.pipeline(transaction=False) as p:
-            for zset in (k.delayed, k.active, k.done):
-                p.zscore(zset, job_id)
-            for h in fields:
-                p.hget(h, job_id)
-            (
-                delayed,
-                active,
-                done,
-                defer,
-                result,
-                data,
-                lock,
-                attempts,
-                stalls,
-                queued,
-            ) = await p.execute()
-        if data is None and done is None:
-            return None
-        view = JobView(
-            job_id,
-            q.name,
-            "waiting",
-            int(attempts or 0) + 1,
-            int(stalls or 0),
-            iso(int(queued)) if queued else None,
-            data=data or b"",
-        )
-        view.defer = _defer.decode(defer) if defer else None
-        if done is not None:
-            view.result = _result.decode(result) if result else None
-            view.state = view.result.state if view.result else "completed"
-        elif active is not None:
-            view.state, view.token = "active", _text(lock or b"")
-            view.owner = view.token.rpartition(":")[0] or None
-        elif delayed is not None:
-            view.state, view.until = "delayed", iso(int(delayed))
-        return view
+            for job_id in ids:
+                for zset in zsets:
+                    p.zscore(zset, job_id)
+                for h in hashes:
+                    p.hget(h, job_id)
+            replies = await p.execute()
+        width = len(zsets) + len(hashes)
+        return [
+            _view(q.name, job_id, replies[i * width : (i + 1) * width])
+            for i, job_id in enumerate(ids)
+        ]
 
     async def list(self, state: str | None = None, limit: int = 200) -> builtins.list[JobView]:
         views: builtins.list[JobView] = []
         for name in await self.queues():
-            ids = await self._ids(self.queue(name), limit)
-            for job_id in ids:
-                view = await self._view(self.queue(name), job_id)
-                if view is not None and (state is None or view.state == state):
-                    views.append(view)
+            queue = self.queue(name)
+            found = await self._views(queue, await self._ids(queue, limit))
+            views += [v for v in found if v is not None and state in (None, v.state)]
         return views
 
     async def _ids(self, q: Queue, limit: int) -> builtins.list[str]:
@@ -276,6 +250,31 @@ class Client:
         names = await self.queues()
         await asyncio.gather(*(self.queue(n).resume() for n in names))
         return names
+
+
+def _view(queue: str, job_id: str, fields: list[Any]) -> JobView | None:
+    delayed, active, done, defer, result, data, lock, attempts, stalls, queued = fields
+    if data is None and done is None:
+        return None
+    view = JobView(
+        job_id,
+        queue,
+        "waiting",
+        int(attempts or 0) + 1,
+        int(stalls or 0),
+        iso(int(queued)) if queued else None,
+        data=data or b"",
+    )
+    view.defer = _defer.decode(defer) if defer else None
+    if done is not None:
+        view.result = _result.decode(result) if result else None
+        view.state = view.result.state if view.result else "completed"
+    elif active is not None:
+        view.state, view.token = "active", _text(lock or b"")
+        view.owner = view.token.rpartition(":")[0] or None
+    elif delayed is not None:
+        view.state, view.until = "delayed", iso(int(delayed))
+    return view
 
 
 def _checked_document(job: Job) -> bytes:
