@@ -104,6 +104,8 @@ def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:
         return "infra", result.error or "not-started"
     if result.kill:
         return "infra", result.kill
+    if result.exit_code is None:  # started, then the engine or the process went missing
+        return "infra", result.error or "exit-unknown"
     if result.exit_code == 0:
         return "completed", ""
     if result.exit_code == 2:
