@@ -48,6 +48,7 @@ from dispatch.log import log
 from dispatch.model import Job, encode_job, new_id
 from dispatch.processor import Processor, ProcessorSettings
 from dispatch.queue import NewJob, Queue
+from dispatch.redis_client import redis_client
 from dispatch.runner import RunContext, RunResult
 from dispatch.worker import Worker
 
@@ -90,13 +91,6 @@ class DaemonSpec:
     state_dir: Path
 
 
-def _client(url: str, socket_timeout: float) -> Redis:
-    # as dispatch.daemon builds its clients: timeouts everywhere
-    return Redis.from_url(
-        url, socket_connect_timeout=5, socket_timeout=socket_timeout, health_check_interval=30
-    )
-
-
 async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
     """One daemon as `dispatch worker` assembles it, with the no-op runner, until told to stop."""
     settings = Settings(
@@ -107,7 +101,7 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
         concurrency=spec.concurrency,
         state_dir=spec.state_dir,
     )
-    redis, blocking = _client(spec.url, 15), _client(spec.url, 30)
+    redis, blocking = redis_client(spec.url, 15), redis_client(spec.url, 30)
     runner = NoopRunner()
     processor = Processor(
         ProcessorSettings(host=spec.host, output_dir=spec.state_dir / "output"), runner

@@ -7,13 +7,13 @@ import asyncio
 import signal
 
 import uvloop
-from redis.asyncio import Redis
 
 from dispatch.boot import boot
 from dispatch.config import Settings
 from dispatch.log import event
 from dispatch.process_runner import ProcessRunner
 from dispatch.processor import Processor, ProcessorSettings
+from dispatch.redis_client import redis_client
 from dispatch.runner import Runner
 from dispatch.worker import Worker
 
@@ -24,13 +24,6 @@ def make_runner(settings: Settings) -> Runner:
     from dispatch.docker.setup import docker_runner
 
     return docker_runner(settings)
-
-
-def redis_client(url: str, socket_timeout: float) -> Redis:
-    """Timeouts everywhere: a silent server must surface as an error, never as a hang."""
-    return Redis.from_url(
-        url, socket_connect_timeout=5, socket_timeout=socket_timeout, health_check_interval=30
-    )
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

@@ -145,20 +145,25 @@ def _problems(job: Job) -> list[str]:
         problems.append(f"job version {job.v} is not known to this build (knows {JOB_VERSION})")
     if not _ID.fullmatch(job.id):
         problems.append("id must be 1-128 of A-Z a-z 0-9 . _ - and start with a letter or digit")
-    if not _QUEUE.fullmatch(job.queue):
+    if job.queue != "jobs" and not _QUEUE.fullmatch(job.queue):
         problems.append("queue must be 'jobs' or 'jobs@<host>'")
-    problems += _kind_problems(job)
+    if job.kind != "plain" or job.folder or job.repo:
+        problems += _kind_problems(job)
     if not 1 <= job.attempts <= 100:
         problems.append("attempts must be between 1 and 100")
     if not 1_000 <= job.timeout_ms <= 7 * 24 * 3_600_000:
         problems.append("timeout must be between 1 second and 7 days")
-    problems += [
-        f"env name {k!r} is not a valid variable name"
-        for k in job.env
-        if not _ENV_NAME.fullmatch(k)
-    ]
-    problems += _size_problems(job.size)
-    problems += [_wait_problem(w) for w in job.wait_for if _wait_problem(w)]
+    # the common job has no env, size or waitFor: skip their checks without building lists
+    if job.env:
+        problems += [
+            f"env name {k!r} is not a valid variable name"
+            for k in job.env
+            if not _ENV_NAME.fullmatch(k)
+        ]
+    if job.size is not None:
+        problems += _size_problems(job.size)
+    if job.wait_for:
+        problems += [_wait_problem(w) for w in job.wait_for if _wait_problem(w)]
     return problems
 
 

@@ -7,6 +7,7 @@ retention there.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -34,18 +35,29 @@ class RecordLog:
     def __init__(self, state_dir: Path, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.path = state_dir / "runs.jsonl"
         self.rotate_bytes = rotate_bytes
+        self._file: io.FileIO | None = None
         state_dir.mkdir(parents=True, exist_ok=True)
 
     def append(self, lines: Iterable[bytes]) -> None:
-        """Write encoded records in one write: a batch of completions costs one syscall."""
+        """Write encoded records in one write: a batch of completions costs one syscall.
+
+        The file stays open between batches (O_APPEND: each write lands whole at the end)."""
         blob = b"".join(line + b"\n" for line in lines)
         if not blob:
             return
-        with open(self.path, "ab") as f:
-            f.write(blob)
-            size = f.tell()
-        if size >= self.rotate_bytes:
+        if self._file is None:
+            self._file = io.FileIO(self.path, "ab")
+        view = memoryview(blob)
+        while view:
+            view = view[self._file.write(view) or 0 :]
+        if self._file.tell() >= self.rotate_bytes:
+            self.close()
             self._rotate()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def _rotate(self) -> None:
         for n in range(KEEP_FILES - 1, 0, -1):

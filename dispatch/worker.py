@@ -120,6 +120,7 @@ class Worker:
         await stop.wait()
         await self.shutdown()
         await self._close(background)
+        self.records.close()
         event("worker_stopped", host=self.s.host)
 
     async def _close(self, background: list[asyncio.Task[Any]]) -> None:
