@@ -21,6 +21,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from dispatch import keys
+from dispatch.clock import SystemClock
 from dispatch.config import Settings, default_host, from_env
 from dispatch.errors import Conflict, InvalidJob, NotFound
 from dispatch.model import (
@@ -194,7 +195,7 @@ class Client:
             outcome="cancelled",
             reason="operator-cancel",
             queued_at=view.queued_at,
-            ended_at=iso(_now_ms()),
+            ended_at=iso(SystemClock().now_ms()),
         )
         result = Result(
             state="cancelled",
@@ -285,12 +286,6 @@ def _checked_document(job: Job) -> bytes:
         raise InvalidJob(one_line(f"job document: {exc}")) from None
     decode_job(raw)
     return raw
-
-
-def _now_ms() -> int:
-    import time
-
-    return time.time_ns() // 1_000_000
 
 
 def _text(value: Any) -> str:
