@@ -63,6 +63,10 @@ class Settings:
     stop_grace_s: float = 10.0
     abort_wait_s: float = 30.0
     image: str = "dispatch-test:latest"
+    job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
+    job_cpus: float = 2.0
+    host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
+    host_cpus: float | None = None
 
     @property
     def queues(self) -> list[str]:
@@ -114,6 +118,24 @@ def _runner(raw: str) -> str:
     return raw
 
 
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+
+
+def parse_memory(text: str) -> int:
+    """Bytes from `512m`, `4g`, `1.5g` or a plain byte count (binary units, like Docker)."""
+    m = _MEMORY.match(text)
+    if not m:
+        raise ValueError(f"memory size {text!r} is not like 512m or 4g")
+    return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_"))
+
+
+def _cpus(raw: str) -> float:
+    value = float(raw)
+    if not 0 < value <= 1024:
+        raise ValueError("CPUs must be above 0")
+    return value
+
+
 def _seconds(raw: str) -> float:
     return parse_duration_ms(raw) / 1000
 
@@ -128,6 +150,10 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
     ("image", "DISPATCH_IMAGE", str),
+    ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
+    ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
+    ("host_memory", "DISPATCH_HOST_MEMORY", parse_memory),
+    ("host_cpus", "DISPATCH_HOST_CPUS", _cpus),
 ]
 
 

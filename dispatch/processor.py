@@ -16,7 +16,15 @@ from pathlib import Path
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import InvalidJob
-from dispatch.gates.base import Admit, Decision, Defer, Gate, Pickup, Refuse
+from dispatch.gates.base import (
+    NEWER_RELEASE_DELAY_MS,
+    Admit,
+    Decision,
+    Defer,
+    Gate,
+    Pickup,
+    Refuse,
+)
 from dispatch.log import event
 from dispatch.model import (
     JOB_VERSION,
@@ -34,7 +42,7 @@ from dispatch.model import (
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal, RunContext, Runner, RunResult, classify
 
-NEWER_RELEASE_DELAY_MS = 10 * 60_000
+
 SHUTDOWN_DELAY_MS = 1_000
 
 

@@ -33,6 +33,7 @@ class Ticket:
     """Proof of one held slot. Compared by identity, so no two tickets are ever equal."""
 
     key: str
+    owner: str = ""  # who holds it (a job id), for `dispatch why`
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class Slots:
     def __init__(self) -> None:
         self._pools: dict[str, _Pool] = {}
 
-    def try_acquire(self, key: str, limit: int) -> Ticket | None:
+    def try_acquire(self, key: str, limit: int, owner: str = "") -> Ticket | None:
         """Take a slot of `key` if fewer than `limit` are held; None when full."""
         if limit < 0:
             raise ValueError(f"slot limit must be >= 0, got {limit}")
@@ -64,7 +65,7 @@ class Slots:
         if len(pool.held) >= limit:
             pool.denials += 1
             return None
-        ticket = Ticket(key)
+        ticket = Ticket(key, owner)
         pool.held.add(ticket)
         return ticket
 
@@ -85,6 +86,10 @@ class Slots:
         if pool is None:
             return SlotStatistics(held=0, limit=0, denials=0)
         return SlotStatistics(held=len(pool.held), limit=pool.limit, denials=pool.denials)
+
+    def owners(self, key: str) -> list[str]:
+        pool = self._pools.get(key)
+        return sorted(t.owner for t in pool.held) if pool else []
 
     def keys(self) -> list[str]:
         return sorted(self._pools)

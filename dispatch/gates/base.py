@@ -14,8 +14,19 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dispatch.configfiles import ConfigSnapshot, Project
 from dispatch.model import Job
 from dispatch.queue import Claim
+from dispatch.runner import AbortSignal
+
+
+# Re-check delays, distinct per reason so a waiting job's reason can be told from its due time.
+SCOPE_DELAY_MS = 5_000
+ENDPOINT_DELAY_MS = 7_000
+HOST_SLOT_DELAY_MS = 3_000
+HOST_BUDGET_DELAY_MS = 30_000
+NEVER_FITS_DELAY_MS = 60_000
+NEWER_RELEASE_DELAY_MS = 10 * 60_000
 
 
 class Admit(msgspec.Struct, frozen=True, tag="admit"):
@@ -40,12 +51,24 @@ ADMIT = Admit()
 Release = Callable[[], Awaitable[Any] | None]
 
 
+@dataclass(frozen=True, slots=True)
+class JobSize:
+    memory: int  # bytes
+    cpus: float
+
+
 @dataclass
 class Pickup:
-    """One claimed job on its way through the gates."""
+    """One claimed job on its way through the gates. Earlier gates fill in what later ones
+    read: the project (project gate), the size (size gate), the model (overlay gate)."""
 
     claim: Claim
     job: Job
+    signal: AbortSignal = field(default_factory=AbortSignal)
+    config: ConfigSnapshot = field(default_factory=ConfigSnapshot)
+    project: Project | None = None
+    size: JobSize | None = None
+    model: str | None = None
     holds: list[tuple[str, Release]] = field(default_factory=list)
 
     def hold(self, name: str, release: Release) -> None:

@@ -1,0 +1,146 @@
+"""The shapes of the watched JSON files in the config dir, and one snapshot of all of them.
+
+Every file is `{"version": 1, ...}`. Names are camelCase on disk. Unknown fields are refused,
+so a typo is a broken file (the last good copy is kept) rather than a silently ignored limit.
+`dispatch.watch` loads, validates and reloads them; gates read one `ConfigSnapshot` per pickup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+CONFIG_VERSION = 1
+
+
+class _Row(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    pass
+
+
+class Project(_Row):
+    """A project: its member repos ("owner/name") and folders (absolute), and its bounds."""
+
+    id: str
+    repos: list[str] = msgspec.field(default_factory=list)
+    folders: list[str] = msgspec.field(default_factory=list)
+    memory: str | None = None  # job size for the project's jobs, like "4g"
+    cpus: float | None = None
+    host_share: float | None = None  # fraction (0, 1] of this host's job budget
+    concurrent: int | None = None  # jobs at once, fleet-wide
+
+
+class ScopedLimit(_Row):
+    """Limits for one scope: a repo "owner/name" or an absolute folder."""
+
+    scope: str
+    concurrent: int | None = None
+    day: int | None = None  # run caps: read by the spend-cap gate (a later issue)
+    week: int | None = None
+    month: int | None = None
+
+
+class PauseWindow(_Row):
+    """Recurring (`from`/`to` "HH:MM" in `tz`, on `days`) or fixed (`start`/`end`, ISO-8601).
+
+    `scope` is "*" (everything), a repo "owner/name", an absolute folder, or a project id.
+    """
+
+    scope: str = "*"
+    from_: str | None = msgspec.field(default=None, name="from")
+    to: str | None = None
+    tz: str = "UTC"
+    days: list[str] = msgspec.field(default_factory=list)  # mon..sun; empty: every day
+    start: str | None = None
+    end: str | None = None
+
+
+class Endpoint(_Row):
+    """A model endpoint with `slots` concurrent requests, serving `models`."""
+
+    id: str
+    host: str
+    slots: int
+    models: list[str] = msgspec.field(default_factory=list)
+
+
+class Overlay(_Row):
+    """Tunables from settings.json, read once per pickup; each overrides its env default."""
+
+    provider: str | None = None
+    model: str | None = None
+    job_memory: str | None = None
+    job_cpus: float | None = None
+
+
+class WaitProfile(_Row):
+    command: list[str]
+    timeout_ms: int = 10_000
+
+
+class Trigger(_Row):
+    id: str
+    cron: str
+    job: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+class ProjectsFile(_Row):
+    version: int
+    projects: list[Project] = msgspec.field(default_factory=list)
+
+
+class ScopedLimitsFile(_Row):
+    version: int
+    limits: list[ScopedLimit] = msgspec.field(default_factory=list)
+
+
+class PauseWindowsFile(_Row):
+    version: int
+    windows: list[PauseWindow] = msgspec.field(default_factory=list)
+
+
+class EndpointsFile(_Row):
+    version: int
+    endpoints: list[Endpoint] = msgspec.field(default_factory=list)
+
+
+class SettingsFile(_Row):
+    version: int
+    settings: Overlay = msgspec.field(default_factory=Overlay)
+
+
+class WaitProfilesFile(_Row):
+    version: int
+    profiles: dict[str, WaitProfile] = msgspec.field(default_factory=dict)
+
+
+class TriggersFile(_Row):
+    version: int
+    triggers: list[Trigger] = msgspec.field(default_factory=list)
+
+
+# file name -> its shape; `dispatch init` writes each as `{"version": 1}` plus its empty list
+FILES: dict[str, type[_Row]] = {
+    "settings.json": SettingsFile,
+    "scoped-limits.json": ScopedLimitsFile,
+    "pause-windows.json": PauseWindowsFile,
+    "projects.json": ProjectsFile,
+    "model-endpoints.json": EndpointsFile,
+    "wait-profiles.json": WaitProfilesFile,
+    "triggers.json": TriggersFile,
+}
+
+
+@dataclass(frozen=True)
+class ConfigSnapshot:
+    """Every file's last good content, as one immutable value a pickup reads throughout."""
+
+    projects: tuple[Project, ...] = ()
+    limits: tuple[ScopedLimit, ...] = ()
+    windows: tuple[PauseWindow, ...] = ()
+    endpoints: tuple[Endpoint, ...] = ()
+    overlay: Overlay = field(default_factory=Overlay)
+    profiles: dict[str, WaitProfile] = field(default_factory=dict)
+    overlay_error: str | None = None  # settings.json broken: jobs are refused, not misrun
+    newer: tuple[str, ...] = ()  # files written by a newer version: they hold work
+    errors: dict[str, str] = field(default_factory=dict)  # file -> why its last copy is kept
