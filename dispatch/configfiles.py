@@ -14,7 +14,7 @@ import msgspec
 CONFIG_VERSION = 1
 
 
-class _Row(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+class _Row(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
     pass
 
 

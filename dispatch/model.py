@@ -222,6 +222,7 @@ class DeferRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     holder: str | None = None
     detail: str = ""
     attempt: int = 0
+    since: str = ""  # first deferral for this same reason, kept by the finishing script
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

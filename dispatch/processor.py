@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.configfiles import ConfigSnapshot
 from dispatch.errors import InvalidJob
 from dispatch.gates.base import (
     NEWER_RELEASE_DELAY_MS,
@@ -22,8 +26,10 @@ from dispatch.gates.base import (
     Decision,
     Defer,
     Gate,
+    JobSize,
     Pickup,
     Refuse,
+    Settled,
 )
 from dispatch.log import event
 from dispatch.model import (
@@ -33,6 +39,7 @@ from dispatch.model import (
     Outcome,
     Result,
     RunRecord,
+    Size,
     State,
     decode_job,
     encoder,
@@ -41,7 +48,7 @@ from dispatch.model import (
 )
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal, RunContext, Runner, RunResult, classify
-
+from dispatch.runs import RunMirror
 
 SHUTDOWN_DELAY_MS = 1_000
 
@@ -74,11 +81,15 @@ class Processor:
         runner: Runner,
         gates: Sequence[Gate] = (),
         clock: Clock | None = None,
+        config: Callable[[], ConfigSnapshot] | None = None,
+        mirror: RunMirror | None = None,
     ) -> None:
         self.s = settings
         self.runner = runner
         self.gates = list(gates)
         self.clock = clock or SystemClock()
+        self.config = config or ConfigSnapshot
+        self.mirror = mirror
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         version = peek_version(claim.data)
@@ -90,16 +101,24 @@ class Processor:
             job = decode_job(claim.data)
         except InvalidJob as exc:
             return self.refuse(claim, None, Refuse("invalid-job", str(exc)))
-        pickup = Pickup(claim, job)
+        pickup = Pickup(claim, job, signal, self.config())
+        lingering = None
         try:
             decision = await self._gates(pickup)
             if isinstance(decision, Defer):
                 return self.defer(claim, decision, job)
             if isinstance(decision, Refuse):
                 return self.refuse(claim, job, decision)
-            return await self._run(pickup, signal)
+            if isinstance(decision, Settled):
+                return self._settled(claim, job, decision.record)
+            ending = await self._run(pickup, signal)
+            lingering = ending.lingering
+            return ending
         finally:
-            await _release(pickup)
+            if lingering is None:
+                await _release(pickup)
+            else:  # the container is not gone yet: its folder, slots and budget stay held
+                lingering.add_done_callback(lambda _: _spawn(_release(pickup)))
 
     async def _gates(self, pickup: Pickup) -> Decision:
         for gate in self.gates:
@@ -111,7 +130,7 @@ class Processor:
     async def _run(self, pickup: Pickup, signal: AbortSignal) -> Ending:
         claim, job = pickup.claim, pickup.job
         ctx = RunContext(
-            job=job,
+            job=_sized(job, pickup.size),
             attempt=claim.attempt,
             host=self.s.host,
             fence=claim.token,
@@ -130,6 +149,28 @@ class Processor:
             timer.cancel()
         ending = self._ending(claim, job, result, signal.reason)
         ending.lingering = lingering
+        if ending.record is not None and result.started:
+            await self._mirror(claim, ending.record)
+        return ending
+
+    async def _mirror(self, claim: Claim, record: RunRecord) -> None:
+        """Record the outcome fleet-wide before the claim ends (see the settled gate)."""
+        if self.mirror is None:
+            return
+        try:
+            await self.mirror.put(claim.queue, record, self.clock.now_ms())
+        except Exception as exc:  # the finish carries the record too; this is the early copy
+            event("run_mirror_failed", job=claim.id, error=str(exc))
+
+    def _settled(self, claim: Claim, job: Job, record: RunRecord) -> Ending:
+        """End as the recorded run ended, retrying only what a run would have retried."""
+        result = RunResult(
+            started=record.started_at is not None,
+            exit_code=record.exit_code,
+        )
+        outcome: Outcome = record.outcome
+        ending = self._ending_for(claim, job, result, outcome, record.reason, record)
+        ending.record = None  # already recorded, locally by the host that ran it
         return ending
 
     async def _watch(self, ctx: RunContext) -> tuple[RunResult, asyncio.Task[RunResult] | None]:
@@ -162,6 +203,17 @@ class Processor:
         record = self._record(claim, job, result, outcome, reason)
         if abort_reason == "shutdown":
             return self._defer_ending(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
+        return self._ending_for(claim, job, result, outcome, reason, record)
+
+    def _ending_for(
+        self,
+        claim: Claim,
+        job: Job,
+        result: RunResult,
+        outcome: Outcome,
+        reason: str,
+        record: RunRecord,
+    ) -> Ending:
         if outcome == "infra" and reason != "lock-lost" and claim.attempt < job.attempts:
             delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
             return self._defer_ending(
@@ -260,6 +312,23 @@ class Processor:
         return self.refuse(
             claim, None, Refuse("internal-error", f"{type(exc).__name__}: {exc}"), "failed"
         )
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def _spawn(coro: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+def _sized(job: Job, size: JobSize | None) -> Job:
+    """The job as the runner should size it: the gates' resolved size, when there is one."""
+    if size is None:
+        return job
+    memory = Size(memory=str(size.memory), cpus=size.cpus)
+    return msgspec.structs.replace(job, size=memory)
 
 
 async def _release(pickup: Pickup) -> None:

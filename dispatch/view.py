@@ -9,6 +9,22 @@ import msgspec
 from dispatch.client import CancelAnswer, JobView
 from dispatch.model import RunRecord
 
+# which gate holds a job, by the reason it recorded
+_GATES = {
+    "newer-release": "head gate: written by a newer release",
+    "pause-window": "pause-window gate",
+    "size-never-fits": "size gate: too big for this host, another may fit it",
+    "host-slot": "host-slot gate: every slot of the host is busy",
+    "scope-folder": "scope gate: another job is working in this folder",
+    "chained": "scope gate: waiting for its parent's folder",
+    "scope-repo": "scope gate: the repo's concurrent limit is reached",
+    "scope-project": "scope gate: the project's concurrent limit is reached",
+    "endpoint": "endpoint gate: every slot of the model endpoint is busy",
+    "host-budget": "host-budget gate: memory or CPUs of the host are taken",
+    "retry": "retry after an infrastructure failure",
+    "shutdown": "its host shut down before it ran",
+}
+
 _STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed"]
 
 
@@ -83,7 +99,9 @@ def _state_sentences(v: JobView) -> list[str]:
             return [f"It is scheduled to start at {v.until}."]
         d = v.defer
         said = [
-            f"It waits: {d.reason}, deferred at {d.at} by {d.host or 'a host'}, until {v.until}."
+            f"It waits: {d.reason} ({_GATES.get(d.reason, 'see the reason')}),"
+            f" since {d.since or d.at}, until {v.until}; last checked at {d.at}"
+            f" by {d.host or 'a host'}."
         ]
         if d.holder:
             said.append(f"What it needs is held by {d.holder}.")

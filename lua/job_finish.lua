@@ -29,7 +29,8 @@ Returns  flat list of codes, one per job: 1 done; -1 lock lost (nothing written 
 Errors   -4 bad input (a number that is not an integer >= 0, an unknown action, an empty
          field); nothing is written
 A claim ends once: a second ending for the same id in one call gets -1.
-A retry counts an attempt; a defer counts none. Retention trims at most 200 of each per call.
+A retry counts an attempt; a defer counts none. A defer record whose reason repeats the previous
+one's gets the previous `since` (or `at`): how long the job has waited for that reason. Retention trims at most 200 of each per call.
 ]]
 -- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
 local function count(x)
@@ -54,6 +55,17 @@ for i = 5, #ARGV, 7 do
   ids[#ids + 1] = ARGV[i + 1]
 end
 
+-- A job deferred again for the same reason keeps the instant it first waited for it (`since`).
+local function keep_since(prev, payload)
+  if not prev then return payload end
+  local ok, old = pcall(cjson.decode, prev)
+  local ok2, new = pcall(cjson.decode, payload)
+  if not (ok and ok2 and type(old) == 'table' and type(new) == 'table') then return payload end
+  if old.reason ~= new.reason then return payload end
+  new.since = old.since or old.at
+  return cjson.encode(new)
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -72,7 +84,11 @@ for i, it in ipairs(items) do
       results[#results + 1] = id; results[#results + 1] = payload
       done[#done + 1] = now; done[#done + 1] = id
     else
-      if action == 'retry' then redis.call('HINCRBY', KEYS[7], id, 1) end
+      if action == 'retry' then
+        redis.call('HINCRBY', KEYS[7], id, 1)
+      else
+        payload = keep_since(redis.call('HGET', KEYS[9], id), payload)
+      end
       later[#later + 1] = now + delay; later[#later + 1] = id
       defers[#defers + 1] = id; defers[#defers + 1] = payload
       if not earliest or now + delay < earliest then earliest = now + delay end

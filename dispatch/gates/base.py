@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import msgspec
 
 from dispatch.configfiles import ConfigSnapshot, Project
-from dispatch.model import Job
+from dispatch.model import Job, RunRecord
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal
 
@@ -45,7 +45,13 @@ class Refuse(msgspec.Struct, frozen=True, tag="refuse"):
     sentence: str
 
 
-Decision = Admit | Defer | Refuse
+class Settled(msgspec.Struct, frozen=True, tag="settled"):
+    """This attempt already ran to the end: finish with its recorded outcome."""
+
+    record: RunRecord
+
+
+Decision = Admit | Defer | Refuse | Settled
 ADMIT = Admit()
 
 Release = Callable[[], Awaitable[Any] | None]
