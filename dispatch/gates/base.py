@@ -19,7 +19,6 @@ from dispatch.model import Job, RunRecord
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal
 
-
 # Re-check delays, distinct per reason so a waiting job's reason can be told from its due time.
 SCOPE_DELAY_MS = 5_000
 ENDPOINT_DELAY_MS = 7_000

@@ -1,0 +1,39 @@
+"""Host slot gate: with no host budget configured, at most DISPATCH_CONCURRENCY jobs pass here at
+once (an in-process slot per job, held until the pickup ends); a full host defers `host-slot`.
+With a budget configured it admits without a hold: the host-budget gate bounds the host by
+memory and CPUs instead, so a fixed count would only second-guess it.
+"""
+
+from __future__ import annotations
+
+from dispatch.config import Settings
+from dispatch.gates.base import ADMIT, HOST_SLOT_DELAY_MS, Decision, Defer, Pickup
+from dispatch.gates.budget import HostBudget
+from dispatch.slots import Slots
+
+HOST_SLOT_KEY = "host"
+
+
+class HostSlotGate:
+    name = "host-slot"
+
+    def __init__(self, settings: Settings, slots: Slots, budget: HostBudget) -> None:
+        self.settings = settings
+        self.slots = slots
+        self.budget = budget
+
+    async def check(self, pickup: Pickup) -> Decision:
+        if self.budget.configured:
+            return ADMIT
+        limit = self.settings.concurrency
+        ticket = self.slots.try_acquire(HOST_SLOT_KEY, limit, owner=pickup.claim.id)
+        if ticket is None:
+            busy = "the one host slot is busy" if limit == 1 else f"all {limit} host slots are busy"
+            return Defer(HOST_SLOT_DELAY_MS, "host-slot", detail=busy)
+        slots = self.slots
+
+        def give_back() -> None:
+            slots.release(ticket)
+
+        pickup.hold(self.name, give_back)
+        return ADMIT
