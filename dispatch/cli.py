@@ -142,6 +142,20 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(go, settings)
 
 
+def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.configfiles import FILES
+    from dispatch.watch import scaffold
+
+    try:
+        written = scaffold(settings.config_dir)
+    except OSError as exc:
+        return _fail(f"cannot write {settings.config_dir}: {exc.strerror or exc}", 1)
+    for name in FILES:
+        path = settings.config_dir / name
+        print(f"{'wrote' if path in written else 'kept'} {path}")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.doctor import report
 
@@ -251,6 +265,7 @@ def _parser() -> argparse.ArgumentParser:
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=int, default=20)
     runs.add_argument("--json", action="store_true")
+    add("init", cmd_init, "write the config dir's missing files, empty and valid")
     add("doctor", cmd_doctor, "check Redis, scripts, Docker, images and config")
     return parser
 

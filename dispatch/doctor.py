@@ -6,6 +6,8 @@
     scripts          every Lua script loads
     docker           the engine answers; its version and the API version we negotiated
     image            the default job image is present (jobs never pull)
+    config           every watched config file is valid and of this release's version
+                     (missing files are fine); one line per broken or newer file
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -17,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.config import Settings
+from dispatch.configfiles import FILES
 from dispatch.docker import DockerClient, DockerError, ImageMissing
 from dispatch.scripts import all_scripts, load_all
 
@@ -133,6 +137,21 @@ async def _image_check(client: DockerClient, image: str | None) -> Check:
     return Check("image", True, f"{image} present")
 
 
+def config_checks(config_dir: Path) -> list[Check]:
+    from dispatch.watch import load_once
+
+    snapshot = load_once(config_dir)
+    checks = [Check("config", False, f"{name}: {why}") for name, why in snapshot.errors.items()]
+    checks += [
+        Check("config", False, f"{name}: written by a newer release; upgrade this host")
+        for name in snapshot.newer
+    ]
+    if checks:
+        return checks
+    missing = sum(not (config_dir / name).exists() for name in FILES)
+    return [Check("config", True, f"{len(FILES)} files, {missing} missing")]
+
+
 async def run_checks(redis_url: str, docker_host: str | None, image: str | None) -> list[Check]:
     """Every check, Redis first, then Docker."""
     return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
@@ -141,6 +160,7 @@ async def run_checks(redis_url: str, docker_host: str | None, image: str | None)
 def report(settings: Settings, out: TextIO | None = None) -> int:
     """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
     checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
+    checks += config_checks(settings.config_dir)
     for check in checks:
         print(render(check), file=out or sys.stdout)
     return 1 if failed(checks) else 0

@@ -17,7 +17,12 @@ from tests.helpers import eventually_sync
 
 def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
-    env.update(DISPATCH_PREFIX=prefix, DISPATCH_STATE_DIR=str(state), DISPATCH_RUNNER="process")
+    env.update(
+        DISPATCH_PREFIX=prefix,
+        DISPATCH_STATE_DIR=str(state),
+        DISPATCH_CONFIG_DIR=str(state / "config"),  # never the operator's own config
+        DISPATCH_RUNNER="process",
+    )
     if redis_url:
         env["DISPATCH_REDIS_URL"] = redis_url
     env.update(extra)
