@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatch.configfiles import ConfigSnapshot, Project
+from dispatch.gates.base import Admit, Pickup
+from dispatch.gates.project import ProjectGate, resolve_project, within
+from dispatch.model import Job
+from dispatch.queue import Claim
+
+WEB = Project(id="web", repos=["Acme/Web"], folders=["/srv/web/"])
+SITE = Project(id="site", folders=["/srv", "/srv/site"])
+SITE_TOO = Project(id="site-too", folders=["/srv/site/"])
+ROWS = (WEB, SITE, SITE_TOO)
+
+
+def forge(repo: str, **kw: Any) -> Job:
+    return Job(id="j1", kind="forge", repo=repo, number=1, **kw)
+
+
+def local(folder: str, **kw: Any) -> Job:
+    return Job(id="j1", kind="local", folder=folder, **kw)
+
+
+def test_a_named_project_is_its_row_whatever_the_membership() -> None:
+    assert resolve_project(forge("acme/web", project="site"), ROWS) is SITE
+
+
+def test_an_undeclared_name_is_a_project_without_bounds() -> None:
+    assert resolve_project(local("/srv/web", project="ghost"), ROWS) == Project(id="ghost")
+
+
+def test_a_forge_job_by_repo_case_insensitive() -> None:
+    assert resolve_project(forge("ACME/web"), ROWS) is WEB
+    assert resolve_project(forge("acme/other"), ROWS) is None
+
+
+def test_a_local_job_by_folder_longest_match_wins() -> None:
+    assert resolve_project(local("/srv/web/src"), ROWS) is WEB
+    assert resolve_project(local("/srv/other"), ROWS) is SITE
+    assert resolve_project(local("/opt/x"), ROWS) is None
+
+
+def test_a_tie_goes_to_the_first_row() -> None:
+    assert resolve_project(local("/srv/site/a"), ROWS) is SITE
+    assert resolve_project(local("/srv/site"), (SITE_TOO, SITE)) is SITE_TOO
+
+
+def test_folders_match_by_whole_components_and_ignore_trailing_slashes() -> None:
+    assert resolve_project(local("/srv/webapp"), (WEB,)) is None
+    assert resolve_project(local("/srv/web/"), (WEB,)) is WEB
+    assert within("/srv/a//b/", "/srv/a") and not within("/srv/ab", "/srv/a")
+    assert within("/anything", "/")
+
+
+def test_membership_follows_the_kind() -> None:
+    # a forge job is not placed by folder, a local one not by repo, a plain one not at all
+    assert resolve_project(local("/srv/x", repo="acme/web"), (WEB,)) is None
+    assert resolve_project(Job(id="j1"), ROWS) is None
+
+
+@pytest.mark.anyio
+async def test_gate_sets_the_project_and_admits() -> None:
+    claim = Claim(queue="jobs", id="j1", token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
+    pickup = Pickup(claim=claim, job=forge("acme/web"), config=ConfigSnapshot(projects=ROWS))
+    assert await ProjectGate().check(pickup) == Admit()
+    assert pickup.project is WEB
