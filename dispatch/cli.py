@@ -191,10 +191,11 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
         "dedup": args.dedup,
         "project": args.project,
         "model": args.model,
+        "parentJobId": args.parent,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     if args.timeout:
-        fields["timeout_ms"] = parse_duration_ms(args.timeout)
+        fields["timeoutMs"] = parse_duration_ms(args.timeout)  # documents use camelCase
     if args.memory or args.cpus:
         fields["size"] = Size(memory=args.memory, cpus=args.cpus)
     try:
@@ -295,6 +296,7 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--project")
     p.add_argument("--model")
+    p.add_argument("--parent", help="the job that chained this one (waits for its folder)")
     p.add_argument("--memory")
     p.add_argument("--cpus", type=float)
     p.add_argument("--force", action="store_true", help="run on a folder with uncommitted changes")

@@ -1,7 +1,8 @@
 """Size gate: decides the job's memory and CPUs (`pickup.size`), and whether it can ever fit here.
 
 Each of memory and CPUs comes from the first source that has it: the project's row in
-projects.json, then the job's own `size`, then settings.json's jobMemory / jobCpus, then DISPATCH_JOB_MEMORY / DISPATCH_JOB_CPUS (4g, 2).
+projects.json, then the job's own `size`, then settings.json's jobMemory / jobCpus, then
+DISPATCH_JOB_MEMORY / DISPATCH_JOB_CPUS (4g, 2).
 The project's row wins over the job because the operator owns it: a submitter cannot talk a
 project's jobs past the size its operator chose. A row whose size does not parse is refused
 `project-size-invalid`, never silently replaced by a default.

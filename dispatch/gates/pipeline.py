@@ -1,0 +1,58 @@
+"""The admission gates in the order a pickup passes them (DESIGN section 4).
+
+The dirty-tree check comes last, after the scope gate holds the folder: only then does a dirty
+tree mean the operator's own edits rather than a job of ours still at work in it (which would
+have been deferred `scope-folder` instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dispatch.clock import Clock
+from dispatch.config import Settings
+from dispatch.fleet import LiveHosts
+from dispatch.gates.base import Gate
+from dispatch.gates.budget import HostBudget, HostBudgetGate
+from dispatch.gates.dirty import DirtyTreeGate
+from dispatch.gates.endpoints import EndpointGate
+from dispatch.gates.head import HeadGate
+from dispatch.gates.host_slot import HostSlotGate
+from dispatch.gates.overlay import OverlayGate
+from dispatch.gates.pause import PauseGate
+from dispatch.gates.project import ProjectGate
+from dispatch.gates.scope import ScopeGate
+from dispatch.gates.settled import SettledGate
+from dispatch.gates.size import SizeGate
+from dispatch.lease import FleetLeases
+from dispatch.runs import RunMirror
+from dispatch.slots import Slots
+
+
+@dataclass(frozen=True)
+class GateDeps:
+    """What the gates share: ONE set of in-process slots and one budget for all queues."""
+
+    settings: Settings
+    slots: Slots
+    leases: FleetLeases
+    budget: HostBudget
+    live_hosts: LiveHosts
+    mirror: RunMirror
+    clock: Clock
+
+
+def pipeline(d: GateDeps) -> list[Gate]:
+    return [
+        HeadGate(),
+        SettledGate(d.mirror),
+        ProjectGate(),
+        PauseGate(d.clock),
+        SizeGate(d.settings, d.budget, d.live_hosts),
+        HostSlotGate(d.settings, d.slots, d.budget),
+        ScopeGate(d.slots, d.leases),
+        OverlayGate(),
+        EndpointGate(d.slots, d.leases),
+        HostBudgetGate(d.budget),
+        DirtyTreeGate(),
+    ]
