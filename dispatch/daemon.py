@@ -4,9 +4,11 @@ uvloop until SIGTERM or SIGINT, then shuts down gracefully."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 
 import uvloop
+from redis.exceptions import RedisError
 
 from dispatch.boot import boot
 from dispatch.clock import SystemClock
@@ -18,12 +20,15 @@ from dispatch.lease import FleetLeases, LeaseSettings
 from dispatch.log import event
 from dispatch.process_runner import ProcessRunner
 from dispatch.processor import Processor, ProcessorSettings
+from dispatch.queue import Queue
 from dispatch.redis_client import redis_client
 from dispatch.runner import Runner
 from dispatch.runs import RunMirror
 from dispatch.slots import Slots
 from dispatch.watch import ConfigFiles
 from dispatch.worker import Worker
+
+HELD_BY_CONFIG = frozenset({"newer-release", "pause-window"})
 
 
 def make_runner(settings: Settings) -> Runner:
@@ -70,11 +75,38 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             )
             worker = Worker(settings, redis, processor, blocking=blocking)
             await boot(redis, runner, settings.host, settings.prefix)
+            queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
+            follower = asyncio.create_task(follow_config(config, queues, stop))
             await worker.run(stop)
+            await follower
             await _settle(runner)
     finally:
         await redis.aclose()
         await blocking.aclose()
+
+
+async def follow_config(
+    config: ConfigFiles, queues: list[Queue], stop: asyncio.Event, every_s: float = 1.0
+) -> None:
+    """When the config files change, jobs they held are checked again at once, rather than at
+    their re-check time (10 minutes for newer-release, a window's old end for pause-window)."""
+    last = config.current()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+        current = config.current()
+        if current is last:
+            continue
+        last = current
+        for queue in queues:
+            try:
+                ids = await queue.delayed_for(HELD_BY_CONFIG)
+                await queue.make_due(ids)
+            except RedisError as exc:
+                event("config_recheck_failed", queue=queue.name, error=str(exc))
+                continue
+            if ids:
+                event("config_recheck", queue=queue.name, jobs=len(ids))
 
 
 async def _settle(runner: Runner) -> None:

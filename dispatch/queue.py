@@ -12,10 +12,11 @@ never change one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
@@ -249,6 +250,25 @@ class Queue:
     async def is_paused(self) -> bool:
         return bool(await self.redis.exists(self.keys.paused))
 
+    async def delayed_for(self, reasons: Container[str], chunk: int = 1000) -> list[str]:
+        """Ids of delayed jobs whose latest defer record names one of `reasons`."""
+        found: list[str] = []
+        ids = [_text(i) for i in await self.redis.zrange(self.keys.delayed, 0, -1)]
+        for start in range(0, len(ids), chunk):
+            part = ids[start : start + chunk]
+            raws = await self.redis.hmget(self.keys.defer, part)
+            found += [i for i, raw in zip(part, raws, strict=True) if _reason(raw) in reasons]
+        return found
+
+    async def make_due(self, ids: Sequence[str]) -> None:
+        """Move delayed jobs to now (only those still delayed: XX) and wake the daemons."""
+        if not ids:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.delayed, dict.fromkeys(ids, 0), xx=True)
+            pipe.zadd(self.keys.marker, {"w": 0})
+            await pipe.execute()
+
     async def wake(self) -> None:
         """Nudge a daemon blocked on this queue's marker."""
         await self.redis.zadd(self.keys.marker, {"w": 0})
@@ -269,6 +289,19 @@ def _checked(reply: Any, what: str) -> Any:
     if isinstance(reply, int):
         raise_for(reply, what)
     return reply
+
+
+class _Reason(msgspec.Struct):
+    reason: str = ""
+
+
+def _reason(raw: bytes | str | None) -> str:
+    if raw is None:
+        return ""
+    try:
+        return msgspec.json.decode(raw, type=_Reason).reason
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
 
 
 def _text(value: Any) -> str:
