@@ -23,6 +23,7 @@ from dispatch.processor import Processor, ProcessorSettings
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal, RunContext, RunResult
 from dispatch.runs import RunMirror
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -150,3 +151,37 @@ async def test_a_run_is_mirrored_before_the_claim_ends(redis, prefix, tmp_path: 
     await proc.process(claim_of(Job(id="j3", command=["true"])), AbortSignal())
     record = await mirror.get("jobs", "j3#1")
     assert record is not None and record.outcome == "completed"
+
+
+class Stubborn:
+    """A run that ignores its abort until told to stop (a container that will not die)."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        await self.gone.wait()
+        return RunResult(started=True, exit_code=137, started_ms=1, ended_ms=2)
+
+
+async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_path: Path) -> None:
+    ledger = Ledger()
+    runner = Stubborn()
+    proc = Processor(
+        ProcessorSettings(host="h", output_dir=tmp_path, abort_wait_s=0.01),
+        runner,  # type: ignore[arg-type]
+        [ScriptedGate("scope", ledger, 2, "admit")],
+    )
+    signal = AbortSignal()
+    signal.abort("operator-cancel")
+    ending = await proc.process(claim_of(Job(id="j4", command=["true"])), signal)
+    assert ending.lingering is not None and ending.action == "finish"
+    assert ledger.released == []  # the folder and the budget are still in use
+    runner.gone.set()
+    await ending.lingering
+
+    async def released() -> bool:  # the release runs as its own task once the run ends
+        return len(ledger.released) == 2
+
+    await eventually(released, 5)
+    assert ledger.released == ["scope.1", "scope.0"]
