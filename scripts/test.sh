@@ -18,6 +18,7 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null || apt_install redis-server
+command -v git >/dev/null || apt_install git  # the dirty-tree gate asks git
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -115,3 +116,23 @@ def test_a_broken_settings_overlay_refuses_the_job(env: dict[str, str], config: 
         eventually_sync(lambda: view(env, job_id)["state"] == "failed", 30)
     (run,) = dispatch_json(env, "runs")
     assert (run["outcome"], run["reason"]) == ("policy", "settings-overlay-invalid")
+
+
+def test_a_dirty_folder_is_refused_unless_forced(env: dict[str, str], tmp_path: Path) -> None:
+    repo = tmp_path / "site"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "index.html").write_text("v1\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "v1"], check=True)
+    (repo / "index.html").write_text("v2, not committed\n")
+    with daemon(env):
+        refused = dispatch(env, "submit", "--folder", str(repo), "--", "true").stdout.strip()
+        eventually_sync(lambda: view(env, refused)["state"] == "failed", 30)
+        forced = dispatch(env, "submit", "--force", "--folder", str(repo), "--", "true")
+        completed(env, forced.stdout.strip())
+    runs = {r["id"]: r for r in dispatch_json(env, "runs")}
+    assert (runs[refused]["outcome"], runs[refused]["reason"]) == ("policy", "dirty-tree")
+    why = dispatch(env, "why", refused).stdout
+    assert "dirty-tree" in why
