@@ -26,7 +26,6 @@ from dispatch.gates.base import (
     Decision,
     Defer,
     Gate,
-    JobSize,
     Pickup,
     Refuse,
     Settled,
@@ -105,6 +104,7 @@ class Processor:
         lingering = None
         try:
             decision = await self._gates(pickup)
+            job = pickup.job = _resolved(pickup)  # records name the project the gates found
             if isinstance(decision, Defer):
                 return self.defer(claim, decision, job)
             if isinstance(decision, Refuse):
@@ -130,7 +130,7 @@ class Processor:
     async def _run(self, pickup: Pickup, signal: AbortSignal) -> Ending:
         claim, job = pickup.claim, pickup.job
         ctx = RunContext(
-            job=_sized(job, pickup.size),
+            job=job,
             attempt=claim.attempt,
             host=self.s.host,
             fence=claim.token,
@@ -323,12 +323,15 @@ def _spawn(coro: Coroutine[Any, Any, None]) -> None:
     task.add_done_callback(_background.discard)
 
 
-def _sized(job: Job, size: JobSize | None) -> Job:
-    """The job as the runner should size it: the gates' resolved size, when there is one."""
-    if size is None:
-        return job
-    memory = Size(memory=str(size.memory), cpus=size.cpus)
-    return msgspec.structs.replace(job, size=memory)
+def _resolved(pickup: Pickup) -> Job:
+    """The job with what the gates resolved: its project and the size the runner applies."""
+    job = pickup.job
+    changes: dict[str, Any] = {}
+    if pickup.project is not None and job.project != pickup.project.id:
+        changes["project"] = pickup.project.id
+    if pickup.size is not None:
+        changes["size"] = Size(memory=str(pickup.size.memory), cpus=pickup.size.cpus)
+    return msgspec.structs.replace(job, **changes) if changes else job
 
 
 async def _release(pickup: Pickup) -> None:

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Refuse
+from dispatch.configfiles import Project
+from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse
 from dispatch.gates.settled import SettledGate
-from dispatch.model import Job, Result, RunRecord, encode_job
+from dispatch.model import Job, Result, RunRecord, Size, encode_job
 from dispatch.processor import Processor, ProcessorSettings
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal, RunContext, RunResult
@@ -185,3 +186,26 @@ async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_pat
 
     await eventually(released, 5)
     assert ledger.released == ["scope.1", "scope.0"]
+
+
+async def test_records_name_the_project_and_size_the_gates_resolved(tmp_path: Path) -> None:
+    class Resolver:
+        name = "project"
+
+        async def check(self, pickup: Pickup) -> Decision:
+            pickup.project = Project(id="acme")
+            pickup.size = JobSize(memory=2 * 1024**3, cpus=1.5)
+            return ADMIT
+
+    seen: list[Job] = []
+
+    class Seeing(Runner):
+        async def run(self, ctx: RunContext) -> RunResult:
+            seen.append(ctx.job)
+            return await super().run(ctx)
+
+    proc = Processor(ProcessorSettings(host="h", output_dir=tmp_path), Seeing(), [Resolver()])
+    ending = await proc.process(claim_of(Job(id="j5", command=["true"])), AbortSignal())
+    assert ending.record is not None and ending.record.project == "acme"
+    (job,) = seen
+    assert job.size == Size(memory=str(2 * 1024**3), cpus=1.5)
