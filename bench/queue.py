@@ -5,7 +5,8 @@
 Starts its own redis-server on a free port (no persistence) unless DISPATCH_REDIS_URL names
 one, and uses a fresh key prefix per run. The daemons are dispatch's own `Worker`, each in a
 process of its own (host names bench-1, bench-2, ...) with default timings, a processor
-without gates, and an in-process runner that returns at once.
+without gates (with every gate, on an empty config dir, under `--gates`), and an in-process
+runner that returns at once.
 
 Phases, in order:
   enqueue   N jobs into a paused queue, `--batch` per `Queue.enqueue` call; no daemon runs.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -43,13 +45,16 @@ from redis.asyncio import Redis
 
 from bench.leases import percentile, redis_server
 from dispatch import keys
+from dispatch.clock import SystemClock
 from dispatch.config import Settings
+from dispatch.daemon import gated_processor
 from dispatch.log import log
 from dispatch.model import Job, encode_job, new_id
 from dispatch.processor import Processor, ProcessorSettings
 from dispatch.queue import NewJob, Queue
 from dispatch.redis_client import redis_client
 from dispatch.runner import RunContext, RunResult
+from dispatch.watch import ConfigFiles
 from dispatch.worker import Worker
 
 Row = dict[str, Any]
@@ -89,6 +94,7 @@ class DaemonSpec:
     host: str
     concurrency: int
     state_dir: Path
+    gates: bool = False
 
 
 async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
@@ -103,15 +109,21 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
     )
     redis, blocking = redis_client(spec.url, 15), redis_client(spec.url, 30)
     runner = NoopRunner()
-    processor = Processor(
-        ProcessorSettings(host=spec.host, output_dir=spec.state_dir / "output"), runner
-    )
-    worker = Worker(settings, redis, processor, blocking=blocking)
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop))
-    await asyncio.get_running_loop().run_in_executor(None, stop_flag.wait)
-    stop.set()
-    await task
+    async with contextlib.AsyncExitStack() as stack:
+        if spec.gates:  # every gate, as `dispatch worker` runs them, on an empty config dir
+            config = ConfigFiles(spec.state_dir / "config", SystemClock())
+            processor = await stack.enter_async_context(
+                gated_processor(settings, redis, runner, config)
+            )
+        else:
+            output = spec.state_dir / "output"
+            processor = Processor(ProcessorSettings(host=spec.host, output_dir=output), runner)
+        worker = Worker(settings, redis, processor, blocking=blocking)
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        await asyncio.get_running_loop().run_in_executor(None, stop_flag.wait)
+        stop.set()
+        await task
     await redis.aclose()
     await blocking.aclose()
     return {"host": spec.host, "ids": runner.ids, "lateness_ms": runner.lateness_ms}
@@ -128,11 +140,13 @@ def daemon_main(spec: DaemonSpec, stop_flag: Any, out: Any) -> None:
 class Fleet:
     """P daemon processes on one prefix: started, awaited, stopped, their tallies gathered."""
 
-    def __init__(self, url: str, prefix: str, processes: int, concurrency: int, tmp: Path):
+    def __init__(
+        self, url: str, prefix: str, processes: int, concurrency: int, tmp: Path, gates: bool
+    ):
         ctx = mp.get_context("spawn")
         self.stop_flag, self.out = ctx.Event(), ctx.Queue()
         self.specs = [
-            DaemonSpec(url, prefix, f"bench-{i + 1}", concurrency, tmp / f"{prefix}-{i + 1}")
+            DaemonSpec(url, prefix, f"bench-{i + 1}", concurrency, tmp / f"{prefix}-{i + 1}", gates)
             for i in range(processes)
         ]
         self.procs = [
@@ -292,7 +306,8 @@ class Run:
 
     def fleet(self, processes: int, prefix: str | None = None) -> Fleet:
         concurrency = self.args.concurrency
-        return Fleet(self.url, prefix or self.prefix, processes, concurrency, self.tmp)
+        gates = self.args.gates
+        return Fleet(self.url, prefix or self.prefix, processes, concurrency, self.tmp, gates)
 
 
 async def enqueue_phase(run: Run) -> Stats:
@@ -410,6 +425,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=500, help="jobs per Queue.enqueue call")
     p.add_argument("--idle-s", type=float, default=5.0, help="idle-daemon window")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--gates", action="store_true", help="run every admission gate per job")
     return p.parse_args(argv)
 
 

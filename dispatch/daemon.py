@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import AsyncIterator
 
 import uvloop
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.boot import boot
@@ -47,32 +49,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     redis = redis_client(settings.redis_url, socket_timeout=15)
     blocking = redis_client(settings.redis_url, socket_timeout=30)
     runner = make_runner(settings)
-    clock = SystemClock()
-    config = ConfigFiles(settings.config_dir, clock)
-    lease_settings = LeaseSettings(prefix=settings.prefix)
+    config = ConfigFiles(settings.config_dir, SystemClock())
     try:
-        async with FleetLeases(redis, lease_settings, host=settings.host, clock=clock) as leases:
-            deps = GateDeps(
-                settings=settings,
-                slots=Slots(),
-                leases=leases,
-                budget=HostBudget(settings),
-                live_hosts=LiveHosts(redis, settings.prefix, clock),
-                mirror=RunMirror(redis, settings.prefix),
-                clock=clock,
-            )
-            processor = Processor(
-                ProcessorSettings(
-                    host=settings.host,
-                    output_dir=settings.state_dir / "output",
-                    stop_grace_s=settings.stop_grace_s,
-                ),
-                runner,
-                pipeline(deps),
-                clock,
-                config.current,
-                deps.mirror,
-            )
+        async with gated_processor(settings, redis, runner, config) as processor:
             worker = Worker(settings, redis, processor, blocking=blocking)
             await boot(redis, runner, settings.host, settings.prefix)
             queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
@@ -83,6 +62,37 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         await redis.aclose()
         await blocking.aclose()
+
+
+@contextlib.asynccontextmanager
+async def gated_processor(
+    settings: Settings, redis: Redis, runner: Runner, config: ConfigFiles
+) -> AsyncIterator[Processor]:
+    """The processor with every gate, sharing one set of slots, one budget and the leases."""
+    clock = SystemClock()
+    lease_settings = LeaseSettings(prefix=settings.prefix)
+    async with FleetLeases(redis, lease_settings, host=settings.host, clock=clock) as leases:
+        deps = GateDeps(
+            settings=settings,
+            slots=Slots(),
+            leases=leases,
+            budget=HostBudget(settings),
+            live_hosts=LiveHosts(redis, settings.prefix, clock),
+            mirror=RunMirror(redis, settings.prefix),
+            clock=clock,
+        )
+        yield Processor(
+            ProcessorSettings(
+                host=settings.host,
+                output_dir=settings.state_dir / "output",
+                stop_grace_s=settings.stop_grace_s,
+            ),
+            runner,
+            pipeline(deps),
+            clock,
+            config.current,
+            deps.mirror,
+        )
 
 
 async def follow_config(

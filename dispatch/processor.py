@@ -71,6 +71,7 @@ class Ending:
     delay_ms: int = 0
     record: RunRecord | None = None
     lingering: asyncio.Task[RunResult] | None = None  # a run that would not stop in time
+    mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
 
 
 class Processor:
@@ -150,17 +151,19 @@ class Processor:
         ending = self._ending(claim, job, result, signal.reason)
         ending.lingering = lingering
         if ending.record is not None and result.started:
-            await self._mirror(claim, ending.record)
+            ending.mirrored = await self._mirror(claim, ending.record)
         return ending
 
-    async def _mirror(self, claim: Claim, record: RunRecord) -> None:
+    async def _mirror(self, claim: Claim, record: RunRecord) -> bool:
         """Record the outcome fleet-wide before the claim ends (see the settled gate)."""
         if self.mirror is None:
-            return
+            return False
         try:
             await self.mirror.put(claim.queue, record, self.clock.now_ms())
-        except Exception as exc:  # the finish carries the record too; this is the early copy
+        except Exception as exc:  # then the finish carries the record, as without a mirror
             event("run_mirror_failed", job=claim.id, error=str(exc))
+            return False
+        return True
 
     def _settled(self, claim: Claim, job: Job, record: RunRecord) -> Ending:
         """End as the recorded run ended, retrying only what a run would have retried."""

@@ -275,14 +275,15 @@ class Worker:
     def _end(self, entry: Running, ending: Ending) -> None:
         claim, record = entry.claim, ending.record
         run_json = encode(record) if record else None
+        fleet_copy = None if ending.mirrored else run_json  # already in Redis: write it once
         finish = Finish(
             ending.action,
             claim.id,
             claim.token,
             ending.payload,
             ending.delay_ms,
-            record.run_id if record else "",
-            run_json or b"",
+            record.run_id if record and fleet_copy else "",
+            fleet_copy or b"",
         )
         lane = self.lanes[claim.queue]
         lane.pending.append((finish, run_json))
