@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -220,10 +221,13 @@ class Client:
         if not owner or not await self.redis.exists(keys.host_alive(owner, self.prefix)):
             return CancelAnswer("unowned", owner)
         await q.request_cancel(job_id, token, int(max(wait_s, 1) * 3000))
-        reply = await self.redis.blpop([q.keys.ack(job_id)], timeout=wait_s)
-        if reply is None:
-            return CancelAnswer("unacknowledged", owner)
-        return CancelAnswer("taken", _text(reply[1]))
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            # short blocks: redis-py cuts any read at its socket timeout (5 s by default)
+            reply = await self.redis.blpop([q.keys.ack(job_id)], timeout=min(left, 2.0))
+            if reply is not None:
+                return CancelAnswer("taken", _text(reply[1]))
+        return CancelAnswer("unacknowledged", owner)
 
     async def runs(self, limit: int = 50) -> builtins.list[RunRecord]:
         """The fleet's most recent run records (the Redis mirror), newest first."""
