@@ -49,7 +49,7 @@ from dispatch import keys as keyspace
 from dispatch.clock import Clock, SystemClock
 from dispatch.errors import RedisUnavailable
 from dispatch.log import event
-from dispatch.scripts import Arg, Script, raise_for, script
+from dispatch.scripts import Arg, checked, script
 
 _T = TypeVar("_T")
 _FAULTS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
@@ -74,7 +74,6 @@ class Lease:
 
     keys: keyspace.LeaseKeys
     holder: str
-    slots: int
     ttl_s: float
     fence: int | None
     deadline: float  # local monotonic seconds after which the server has surely expired it
@@ -105,15 +104,12 @@ async def _call(
     redis: Redis, name: str, keys: Sequence[str], args: Sequence[Arg], timeout_s: float
 ) -> Any:
     """Run one lease script within the timeout; foreign faults become RedisUnavailable."""
-    lua: Script = script(name)
     try:
         with anyio.fail_after(timeout_s):
-            reply = await lua(redis, keys, args)
+            reply = await script(name)(redis, keys, args)
     except _FAULTS as exc:
         raise RedisUnavailable(f"{name}: {exc!r}") from exc
-    if isinstance(reply, int):
-        raise_for(reply, name)
-    return reply
+    return checked(reply, name)
 
 
 class FleetLeases:
@@ -175,17 +171,21 @@ class FleetLeases:
         sent = self.clock.monotonic()
         try:
             await self._register(name)
-            args: list[Arg] = [holder, slots, max(1, round(ttl_s * 1000))]
+            args: list[Arg] = [holder, slots, _ms(ttl_s)]
             granted, value = await self._call("lease_acquire", [lk.holders, lk.fence], args)
         except RedisUnavailable as exc:
-            return self._acquire_failed(lk, holder, slots, ttl_s, on_lost, exc)
+            return self._acquire_failed(lk, holder, ttl_s, on_lost, exc)
         if not granted:
             return None
         lease = Lease(
-            keys=lk, holder=holder, slots=slots, ttl_s=ttl_s, fence=int(value),
-            deadline=sent + ttl_s, on_lost=on_lost,
-        )  # fmt: skip
-        self._hold(lease)
+            keys=lk,
+            holder=holder,
+            ttl_s=ttl_s,
+            fence=int(value),
+            deadline=sent + ttl_s,
+            on_lost=on_lost,
+        )
+        self._held.add(lease)
         self._spawn(self._keep, lease)
         return lease
 
@@ -193,7 +193,6 @@ class FleetLeases:
         self,
         lk: keyspace.LeaseKeys,
         holder: str,
-        slots: int,
         ttl_s: float,
         on_lost: Callable[[Lease], None] | None,
         exc: RedisUnavailable,
@@ -203,10 +202,9 @@ class FleetLeases:
             raise exc
         # no deadline: a degraded grant is bounded by the in-process slots, not by Redis
         lease = Lease(
-            keys=lk, holder=holder, slots=slots, ttl_s=ttl_s, fence=None,
-            deadline=float("inf"), on_lost=on_lost,
-        )  # fmt: skip
-        self._hold(lease)
+            keys=lk, holder=holder, ttl_s=ttl_s, fence=None, deadline=float("inf"), on_lost=on_lost
+        )
+        self._held.add(lease)
         return lease
 
     async def renew(self, lease: Lease) -> bool:
@@ -217,7 +215,7 @@ class FleetLeases:
         if lease.released or lease.degraded:
             return not lease.released
         sent = self.clock.monotonic()
-        args: list[Arg] = [lease.holder, max(1, round(lease.ttl_s * 1000))]
+        args: list[Arg] = [lease.holder, _ms(lease.ttl_s)]
         if await self._call("lease_renew", [lease.keys.holders], args) == 1:
             lease.deadline = sent + lease.ttl_s
             return True
@@ -276,9 +274,6 @@ class FleetLeases:
         if lease.on_lost is not None:
             lease.on_lost(lease)
 
-    def _hold(self, lease: Lease) -> None:
-        self._held.add(lease)
-
     def _spawn(self, func: Callable[..., Any], *args: Any) -> None:
         if self._tg is None:
             raise RuntimeError("FleetLeases must be entered (async with) before acquiring")
@@ -329,10 +324,7 @@ async def known_leases(
 
 async def holders(redis: Redis, lk: keyspace.LeaseKeys) -> dict[str, int]:
     """Live holders of one lease: holder id -> expiry (server ms)."""
-    reply = await script("lease_holders")(redis, [lk.holders], [])
-    if isinstance(reply, int):
-        raise_for(reply, "lease_holders")
-    pairs = reply[1:]
+    pairs = checked(await script("lease_holders")(redis, [lk.holders], []), "lease_holders")[1:]
     return {_text(pairs[i]): int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
 
@@ -358,6 +350,11 @@ async def sweep_host(
     if released:
         event("lease_swept", host=host, released=released)
     return released
+
+
+def _ms(seconds: float) -> int:
+    """A TTL as the whole milliseconds the scripts take (at least 1)."""
+    return max(1, round(seconds * 1000))
 
 
 def _text(value: bytes | str) -> str:

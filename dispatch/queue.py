@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from dispatch.keys import DEFAULT_PREFIX, QueueKeys, queue_keys, queues_registry
-from dispatch.scripts import Arg, Code, load_all, raise_for, script
+from dispatch.scripts import Arg, Code, checked, load_all, raise_for, script
 
 DAY_MS = 24 * 3_600_000
 
@@ -104,7 +104,7 @@ class Queue:
         for j in jobs:
             args += [j.id, j.data, j.due_ms, j.delay_ms, j.dedup, j.dedup_window_ms]
         keys = [k.data, k.queued, k.wait, k.delayed, k.dedup, k.dedup_exp, k.done, k.marker]
-        out = _checked(await script("job_enqueue")(self.redis, keys, args), "enqueue")
+        out = checked(await script("job_enqueue")(self.redis, keys, args), "enqueue")
         if not self._registered:  # only once the queue really holds something
             await self.redis.sadd(queues_registry(self.prefix), self.name)
             self._registered = True
@@ -135,7 +135,7 @@ class Queue:
         return self._claims(await script("job_claim")(self.redis, keys, args))
 
     def _claims(self, reply: Any) -> ClaimBatch:
-        out = _checked(reply, "claim")
+        out = checked(reply, "claim")
         batch = ClaimBatch(int(out[0]), int(out[1]))
         for i in range(2, len(out), 6):
             batch.claims.append(
@@ -179,7 +179,7 @@ class Queue:
         keys, args = self._finish_call(items)
         return [
             int(c) == 1
-            for c in _checked(await script("job_finish")(self.redis, keys, args), "finish")
+            for c in checked(await script("job_finish")(self.redis, keys, args), "finish")
         ]
 
     async def finish_and_claim(
@@ -192,7 +192,7 @@ class Queue:
             script("job_finish").queue(pipe, fkeys, fargs)
             script("job_claim").queue(pipe, ckeys, cargs)
             finished, claimed = await _execute_with_scripts(self.redis, pipe)
-        return [int(c) == 1 for c in _checked(finished, "finish")], self._claims(claimed)
+        return [int(c) == 1 for c in checked(finished, "finish")], self._claims(claimed)
 
     async def extend(
         self, locks: Sequence[tuple[str, str]], lock_ms: int
@@ -204,7 +204,7 @@ class Queue:
         for job_id, token in locks:
             args += [job_id, token]
         k = self.keys
-        reply = _checked(
+        reply = checked(
             await script("job_extend")(self.redis, [k.active, k.lock, k.cancel], args), "extend"
         )
         return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
@@ -215,7 +215,7 @@ class Queue:
         """Expired locks: (ids requeued, ids failed as stalled)."""
         k = self.keys
         keys = [k.active, k.lock, k.wait, k.done, k.stalls, k.result, k.marker, k.cancel]
-        reply = _checked(
+        reply = checked(
             await script("job_sweep")(self.redis, keys, [max_stalls, limit, result]), "sweep"
         )
         return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
@@ -224,7 +224,7 @@ class Queue:
         """(1, "") cancelled before start; (2, token) running; (3, "") already finished."""
         k = self.keys
         keys = [k.wait, k.delayed, k.active, k.done, k.data, k.lock, k.result, k.runs, k.runs_idx]
-        reply = _checked(
+        reply = checked(
             await script("job_cancel")(self.redis, keys, [job_id, result, run_id, run]),
             f"cancel {job_id}",
         )
@@ -246,9 +246,6 @@ class Queue:
             pipe.delete(self.keys.paused)
             pipe.zadd(self.keys.marker, {"w": 0})
             await pipe.execute()
-
-    async def is_paused(self) -> bool:
-        return bool(await self.redis.exists(self.keys.paused))
 
     async def delayed_for(self, reasons: Container[str], chunk: int = 1000) -> list[str]:
         """Ids of delayed jobs whose latest defer record names one of `reasons`."""
@@ -283,12 +280,6 @@ async def _execute_with_scripts(redis: Redis, pipe: Any) -> list[Any]:
         await load_all(redis)
         pipe.command_stack = commands
         return list(await pipe.execute())
-
-
-def _checked(reply: Any, what: str) -> Any:
-    if isinstance(reply, int):
-        raise_for(reply, what)
-    return reply
 
 
 class _Reason(msgspec.Struct):

@@ -3,7 +3,7 @@
 Each script's SHA is computed locally; a call goes out as EVALSHA and, on NOSCRIPT (a restarted
 or failed-over server), the source is loaded once and the call retried. Scripts return plain
 values; negative integers are error codes, mirrored by `Code` and turned into exceptions by
-`raise_for`.
+`raise_for` (or `checked`, for a reply that is either a code or a value).
 """
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ def raise_for(code: int, what: str) -> None:
         raise error(
             f"{what}: {Code(code).name.lower() if code in Code._value2member_map_ else code}"
         )
+
+
+def checked(reply: Any, what: str) -> Any:
+    """The reply itself, unless it is a negative code: then the exception it stands for."""
+    if isinstance(reply, int):
+        raise_for(reply, what)
+    return reply
 
 
 _HEADER_ITEM = re.compile(r"^(KEYS|ARGV)\[(\d+)\]", re.MULTILINE)
