@@ -163,7 +163,7 @@ def _problems(job: Job) -> list[str]:
     if job.size is not None:
         problems += _size_problems(job.size)
     if job.wait_for:
-        problems += [_wait_problem(w) for w in job.wait_for if _wait_problem(w)]
+        problems += [p for p in map(_wait_problem, job.wait_for) if p]
     return problems
 
 
@@ -181,9 +181,7 @@ def _kind_problems(job: Job) -> list[str]:
     return []
 
 
-def _size_problems(size: Size | None) -> list[str]:
-    if size is None:
-        return []
+def _size_problems(size: Size) -> list[str]:
     problems = []
     if size.memory is not None and not _MEMORY.fullmatch(size.memory):
         problems.append("size.memory must look like 512m, 4g or a byte count")

@@ -14,17 +14,16 @@ from pathlib import Path
 
 import msgspec
 
-from dispatch.model import RunRecord
+from dispatch.model import RunRecord, encoder
 
 ROTATE_BYTES = 32 * 1024 * 1024
 KEEP_FILES = 5
 
-_encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
 
 
 def encode(record: RunRecord) -> bytes:
-    return _encoder.encode(record)
+    return encoder.encode(record)
 
 
 def decode(raw: bytes | str) -> RunRecord:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,9 +151,10 @@ class Worker:
         for entry in self.running.values():
             entry.signal.abort("shutdown")
         await self.idle.wait()
-        deadline = asyncio.get_running_loop().time() + 10.0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
         for lane in self.lanes.values():
-            while lane.pending and asyncio.get_running_loop().time() < deadline:
+            while lane.pending and loop.time() < deadline:
                 await self._flush(lane)
             if lane.pending:  # their locks lapse and the sweeper puts them back
                 event("finish_abandoned", queue=lane.queue.name, jobs=len(lane.pending))
@@ -353,7 +354,7 @@ class Worker:
             for job_id in cancels:
                 await self._take_cancel(lane, held[job_id])
 
-    def _lapse(self, entries: Any, now: float, error: str) -> None:
+    def _lapse(self, entries: Iterable[Running], now: float, error: str) -> None:
         """Redis is unreachable: a run whose lock may have expired must stop."""
         event("renew_failed", error=error)
         margin = 1.0
