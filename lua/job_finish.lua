@@ -30,7 +30,8 @@ Errors   -4 bad input (a number that is not an integer >= 0, an unknown action, 
          field); nothing is written
 A claim ends once: a second ending for the same id in one call gets -1.
 A retry counts an attempt; a defer counts none. A defer record whose reason repeats the previous
-one's gets the previous `since` (or `at`): how long the job has waited for that reason. Retention trims at most 200 of each per call.
+one's gets the previous `since` (or `at`): how long the job has waited for that reason.
+Retention trims at most 200 of each per call.
 ]]
 -- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
 local function count(x)
