@@ -21,6 +21,7 @@ from dispatch.lease import (
 )
 from dispatch.scripts import script
 from tests.conftest import free_port
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -63,16 +64,6 @@ async def test_acquire_release_and_full(redis, prefix) -> None:
         assert [lk.name for lk in await known_leases(redis, prefix)] == ["gpu"]
 
 
-async def poll(check, timeout_s=5.0):
-    """Await `check()` until truthy, within a deadline."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            value = await check()
-            if value:
-                return value
-            await anyio.sleep(0.02)
-
-
 async def test_renewer_keeps_the_lease_past_its_ttl(redis, prefix) -> None:
     async with FleetLeases(redis, fast(prefix, ttl_s=0.3), host="h1") as leases:
         lease = await leases.acquire("gpu", slots=1)
@@ -82,7 +73,7 @@ async def test_renewer_keeps_the_lease_past_its_ttl(redis, prefix) -> None:
             now_ms, *_ = await script("lease_holders")(redis, [lease.keys.holders], [])
             return now_ms > first_expiry + 200
 
-        await poll(past_first_expiry)
+        await eventually(past_first_expiry, timeout=5.0)
         assert lease.holder in await holders(redis, lease.keys)
         assert not lease.lost.is_set()
         await leases.release(lease)

@@ -7,11 +7,11 @@ ask for a cancel, and changes nothing; the current token can.
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from dispatch.errors import LockLost
 from dispatch.queue import Claim, Finish, NewJob, Queue
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -36,13 +36,13 @@ async def claim_one(queue: Queue, lock_ms: int = 60_000, host: str = "h") -> Cla
 
 async def sweep_until_requeued(queue: Queue, job_id: str) -> None:
     """The lock was taken for 1 ms; server time decides when the sweep sees it expired."""
-    with anyio.fail_after(5):
-        while True:
-            requeued, failed = await queue.sweep(max_stalls=5, result=b"{}")
-            assert not failed
-            if job_id in requeued:
-                return
-            await anyio.sleep(0.005)
+
+    async def requeued() -> bool:
+        ids, failed = await queue.sweep(max_stalls=5, result=b"{}")
+        assert not failed
+        return job_id in ids
+
+    await eventually(requeued, timeout=5.0, every=0.005)
 
 
 def ending(action: str, claim: Claim) -> Finish:

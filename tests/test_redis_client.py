@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from dispatch.redis_client import (
     FastUnixDomainSocketConnection,
     redis_client,
 )
+from tests.helpers import eventually_sync
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("SET", "key", "value"),
@@ -76,13 +76,13 @@ def test_every_url_kind_gets_its_fast_twin(url: str, stock: type, fast: type) ->
     assert issubclass(fast, stock)
 
 
-async def _round_trip(url: str) -> None:
+async def _round_trip(url: str, prefix: str) -> None:
     client = redis_client(url, socket_timeout=5)
     try:
         values: list[Any] = ["", b"", "ünïcödé ✓", b"\x00\xff\r\n", 42, -1.5, "a b c"]
         for i, value in enumerate(values):
-            await client.set(f"dispatch-test-fast:{i}", value, ex=60)
-        got = [await client.get(f"dispatch-test-fast:{i}") for i in range(len(values))]
+            await client.set(f"{prefix}:{i}", value, ex=60)
+        got = [await client.get(f"{prefix}:{i}") for i in range(len(values))]
         assert got == [
             b"",
             b"",
@@ -93,8 +93,8 @@ async def _round_trip(url: str) -> None:
             b"a b c",
         ]
         async with client.pipeline(transaction=False) as pipe:
-            pipe.set("dispatch-test-fast:big", b"x" * 100_000, ex=60)
-            pipe.strlen("dispatch-test-fast:big")
+            pipe.set(f"{prefix}:big", b"x" * 100_000, ex=60)
+            pipe.strlen(f"{prefix}:big")
             assert await pipe.execute() == [True, 100_000]
         assert "maxmemory" in await client.execute_command("CONFIG GET", "maxmemory")
     finally:
@@ -102,8 +102,8 @@ async def _round_trip(url: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_round_trip_over_tcp(redis_url: str) -> None:
-    await _round_trip(redis_url)
+async def test_round_trip_over_tcp(redis_url: str, prefix: str) -> None:
+    await _round_trip(redis_url, prefix)
 
 
 @pytest.fixture
@@ -119,11 +119,7 @@ def unix_url() -> Iterator[str]:
             stderr=subprocess.DEVNULL,
         )
         try:
-            deadline = time.monotonic() + 10
-            while not sock.exists():
-                if time.monotonic() > deadline:
-                    pytest.fail("redis-server did not open its socket within 10 s")
-                time.sleep(0.02)
+            eventually_sync(sock.exists, timeout=10.0, every=0.02)
             yield f"unix://{sock}"
         finally:
             proc.terminate()
@@ -131,5 +127,5 @@ def unix_url() -> Iterator[str]:
 
 
 @pytest.mark.anyio
-async def test_round_trip_over_unix_socket(unix_url: str) -> None:
-    await _round_trip(unix_url)
+async def test_round_trip_over_unix_socket(unix_url: str, prefix: str) -> None:
+    await _round_trip(unix_url, prefix)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from dispatch.config import Settings
 from dispatch.model import Job, new_id
 from dispatch.process_runner import ProcessRunner
 from dispatch.processor import Processor, ProcessorSettings
+from dispatch.queue import NewJob
 from dispatch.worker import Timing, Worker
 from tests.helpers import eventually
 
@@ -123,12 +124,15 @@ async def test_exit_codes_map_to_outcomes_and_infra_failures_retry(daemon: Daemo
 
 
 async def test_a_delayed_job_waits_then_runs(daemon: Daemon) -> None:
+    delay_ms = 1_000  # the first read comes at once: a whole second of margin for a slow host
     job = Job(id=new_id(), command=["true"])
-    await daemon.client.submit(job, delay_ms=300)
+    await daemon.client.submit(job, delay_ms=delay_ms)
     assert await daemon.state(job.id) == "delayed"
     assert await daemon.ended(job.id) == "completed"
     record = (await daemon.client.runs())[0]
     assert record.started_at and record.queued_at and record.started_at > record.queued_at
+    # the wait itself, however late the reads above ran: not started before it was due
+    assert _ms(record.started_at) - _ms(record.queued_at) >= delay_ms
 
 
 async def test_cancel_of_a_running_job_stops_it_and_records_operator_cancel(
@@ -189,8 +193,6 @@ async def test_shutdown_aborts_a_long_job_and_puts_it_back_without_spending(
 
 
 async def test_a_bad_document_in_redis_is_refused_not_run(daemon: Daemon, redis: Redis) -> None:
-    from dispatch.queue import NewJob
-
     queue = daemon.worker.lanes["jobs"].queue
     await queue.enqueue([NewJob("raw1", b'{"id": "raw1", "command": "not-a-list"}')])
     assert await daemon.ended("raw1") == "failed"
@@ -199,8 +201,6 @@ async def test_a_bad_document_in_redis_is_refused_not_run(daemon: Daemon, redis:
 
 
 async def test_a_job_from_a_newer_release_is_deferred(daemon: Daemon) -> None:
-    from dispatch.queue import NewJob
-
     queue = daemon.worker.lanes["jobs"].queue
     await queue.enqueue([NewJob("future1", b'{"id": "future1", "v": 99, "shiny": true}')])
 
@@ -216,5 +216,6 @@ async def _exists(path: Path) -> bool:
     return path.exists()
 
 
-def test_python_used_by_tests_is_the_venv() -> None:
-    assert sys.version_info >= (3, 11)
+def _ms(instant: str) -> int:
+    """An ISO-8601 UTC instant of a record as epoch milliseconds."""
+    return round(datetime.fromisoformat(instant).timestamp() * 1000)

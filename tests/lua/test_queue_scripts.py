@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-import anyio
 import pytest
 
 from dispatch.keys import queue_keys
 from dispatch.scripts import Code, script
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -103,21 +103,22 @@ class Q:
         return {key: await self.redis.dump(key) for key in keys}
 
 
-async def eventually(check, timeout_s: float = 5.0):
-    """Poll until `check()` is truthy; server time decides, so no bare sleeps."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            result = await check()
-            if result:
-                return result
-            await anyio.sleep(0.005)
-
-
 async def server_passes(q: Q, instant_ms: float) -> None:
+    """Server time decides, so poll it rather than sleep."""
+
     async def passed() -> bool:
         return await q.now_ms() > instant_ms
 
-    await eventually(passed)
+    await eventually(passed, timeout=5.0, every=0.005)
+
+
+async def assert_bad_input_writes_nothing(q: Q, name: str, args) -> None:
+    """The call answers -4 and every key under the prefix is as it was, even if the call raised."""
+    before = await q.snapshot()
+    try:
+        assert await q.call(name, *args) == BAD
+    finally:
+        assert await q.snapshot() == before
 
 
 @pytest.fixture
@@ -243,9 +244,7 @@ async def test_enqueue_bad_input_writes_nothing(q: Q, args) -> None:
     # a lapsed dedup key of a live job: a purge that ran before validation would re-arm it
     await q.enqueue("seed", dedup="k", window=0)
     await server_passes(q, await q.redis.zscore(q.k.dedup_exp, "k"))
-    before = await q.snapshot()
-    assert await q.call("job_enqueue", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_enqueue", args)
 
 
 # -- job_claim -----------------------------------------------------------------------------
@@ -299,7 +298,7 @@ async def test_claim_promotes_due_delayed_jobs(q: Q) -> None:
         reply = await q.claim(5)
         return reply[2:] and reply
 
-    reply = await eventually(claimed)
+    reply = await eventually(claimed, timeout=5.0, every=0.005)
     assert reply[2] == b"soon" and len(reply) == 8
     assert reply[1] == await q.redis.zscore(q.k.delayed, "later")
     assert await q.zset(q.k.delayed) == ["later"]
@@ -313,7 +312,7 @@ async def test_claim_count_zero_only_promotes(q: Q) -> None:
         assert len(reply) == 2
         return await q.wait_ids() == ["soon"]
 
-    await eventually(promoted)
+    await eventually(promoted, timeout=5.0, every=0.005)
     assert await q.redis.zcard(q.k.active) == 0 and await q.redis.zcard(q.k.delayed) == 0
 
 
@@ -327,7 +326,7 @@ async def test_paused_queue_claims_nothing_but_still_promotes(q: Q) -> None:
         assert len(reply) == 2  # paused: nothing claimed
         return await q.wait_ids() == ["a", "soon"]
 
-    await eventually(promoted)
+    await eventually(promoted, timeout=5.0, every=0.005)
     assert await q.redis.zcard(q.k.active) == 0 and not await q.redis.exists(q.k.lock)
     await q.redis.delete(q.k.paused)
     reply = await q.claim(5)
@@ -358,9 +357,7 @@ async def test_claim_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
     await q.enqueue("soon", delay=1)
     await server_passes(q, await q.redis.zscore(q.k.delayed, "soon"))  # due: would promote
-    before = await q.snapshot()
-    assert await q.call("job_claim", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_claim", args)
 
 
 # -- job_finish ----------------------------------------------------------------------------
@@ -495,9 +492,7 @@ BAD_FINISH = {
 async def test_finish_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
     assert await q.claim_one() == ("a", "h:1")
-    before = await q.snapshot()
-    assert await q.call("job_finish", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_finish", args)
 
 
 # -- job_extend ----------------------------------------------------------------------------
@@ -554,9 +549,7 @@ async def test_extend_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
     await q.claim_one()
     await q.redis.hset(q.k.cancel, "a", 1)  # stale: a valid call would drop it
-    before = await q.snapshot()
-    assert await q.call("job_extend", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_extend", args)
 
 
 # -- job_sweep -----------------------------------------------------------------------------
@@ -621,9 +614,7 @@ BAD_SWEEP = {
 async def test_sweep_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
     await expired_claims(q, 1)
-    before = await q.snapshot()
-    assert await q.call("job_sweep", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_sweep", args)
 
 
 # -- job_cancel ----------------------------------------------------------------------------
@@ -684,9 +675,7 @@ BAD_CANCEL = {
 @pytest.mark.parametrize("args", BAD_CANCEL.values(), ids=BAD_CANCEL.keys())
 async def test_cancel_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
-    before = await q.snapshot()
-    assert await q.call("job_cancel", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_cancel", args)
 
 
 MISSING_ARGS = {"cancel id only": ("job_cancel", ["w"]), "sweep no result": ("job_sweep", [0, 10])}
@@ -697,11 +686,7 @@ async def test_missing_args_are_bad_input(q: Q, name, args) -> None:
     await q.enqueue("a")
     await expired_claims(q, 1)
     await q.enqueue("w")
-    before = await q.snapshot()
-    try:
-        assert await q.call(name, *args) == BAD
-    finally:
-        assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, name, args)
 
 
 # -- job_cancel_request --------------------------------------------------------------------
@@ -741,9 +726,7 @@ BAD_CANCEL_REQUEST = {
 async def test_cancel_request_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
     assert await q.claim_one() == ("a", "h:1")
-    before = await q.snapshot()
-    assert await q.call("job_cancel_request", *args) == BAD
-    assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, "job_cancel_request", args)
 
 
 # -- NaN slips past the numeric checks (Redis' Lua tonumber("nan") is a number) --------------
@@ -765,8 +748,4 @@ async def test_nan_is_bad_input_and_writes_nothing(q: Q, name, args) -> None:
     await q.enqueue("a")
     assert await q.claim_one() == ("a", "h:1")
     await q.enqueue("b")
-    before = await q.snapshot()
-    try:
-        assert await q.call(name, *args) == BAD
-    finally:
-        assert await q.snapshot() == before
+    await assert_bad_input_writes_nothing(q, name, args)
