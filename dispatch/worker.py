@@ -238,18 +238,19 @@ class Worker:
             if self.draining:
                 return
             try:
-                popped = await self.blocking.bzpopmin(lane.queue.keys.marker, self.t.block_s)
-            except (RedisError, OSError) as exc:
+                await self._take_wakeup(lane)
+            except (RedisError, OSError) as exc:  # one fault must not end this queue's watcher
                 event("redis_error", during="watch", error=str(exc))
                 await asyncio.sleep(1.0)
-                continue
-            if not popped:
-                continue
-            if self.free > 0 and not self.draining:
-                lane.must_claim = True
-                lane.wake.set()
-            else:
-                await lane.queue.wake()  # pass the wake-up on to a host with room
+
+    async def _take_wakeup(self, lane: Lane) -> None:
+        if not await self.blocking.bzpopmin(lane.queue.keys.marker, self.t.block_s):
+            return
+        if self.free > 0 and not self.draining:
+            lane.must_claim = True
+            lane.wake.set()
+        else:
+            await lane.queue.wake()  # pass the wake-up on to a host with room
 
     # -- running ---------------------------------------------------------------------------
 
