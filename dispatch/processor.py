@@ -9,7 +9,6 @@ only infrastructure failures retry, with exponential backoff.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.configfiles import ConfigSnapshot
 from dispatch.errors import InvalidJob
 from dispatch.gates.base import (
+    ADMIT,
     NEWER_RELEASE_DELAY_MS,
     Admit,
     Decision,
@@ -94,42 +94,42 @@ class Processor:
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         version = peek_version(claim.data)
         if version > JOB_VERSION:
-            return self.defer(
+            return self._defer(
                 claim, Defer(NEWER_RELEASE_DELAY_MS, "newer-release", detail=f"v{version}")
             )
         try:
             job = decode_job(claim.data)
         except InvalidJob as exc:
-            return self.refuse(claim, None, Refuse("invalid-job", str(exc)))
+            return self._refuse(claim, None, Refuse("invalid-job", str(exc)))
         pickup = Pickup(claim, job, signal, self.config())
         lingering = None
         try:
             decision = await self._gates(pickup)
             job = pickup.job = _resolved(pickup)  # records name the project the gates found
             if isinstance(decision, Defer):
-                return self.defer(claim, decision, job)
+                return self._defer(claim, decision, job)
             if isinstance(decision, Refuse):
-                return self.refuse(claim, job, decision)
+                return self._refuse(claim, job, decision)
             if isinstance(decision, Settled):
                 return self._settled(claim, job, decision.record)
-            ending = await self._run(pickup, signal)
+            ending = await self._run(pickup)
             lingering = ending.lingering
             return ending
         finally:
             if lingering is None:
-                await _release(pickup)
+                await pickup.release()
             else:  # the container is not gone yet: its folder, slots and budget stay held
-                lingering.add_done_callback(lambda _: _spawn(_release(pickup)))
+                lingering.add_done_callback(lambda _: _spawn(pickup.release()))
 
     async def _gates(self, pickup: Pickup) -> Decision:
         for gate in self.gates:
             decision = await gate.check(pickup)
             if not isinstance(decision, Admit):
                 return decision
-        return Admit()
+        return ADMIT
 
-    async def _run(self, pickup: Pickup, signal: AbortSignal) -> Ending:
-        claim, job = pickup.claim, pickup.job
+    async def _run(self, pickup: Pickup) -> Ending:
+        claim, job, signal = pickup.claim, pickup.job, pickup.signal
         ctx = RunContext(
             job=job,
             attempt=claim.attempt,
@@ -140,7 +140,7 @@ class Processor:
             signal=signal,
         )
         if signal.event.is_set() and signal.reason == "shutdown":
-            return self.defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job)
+            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job)
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, "job-timeout"
         )
@@ -205,7 +205,7 @@ class Processor:
         outcome, reason = classify(result, abort_reason)
         record = self._record(claim, job, result, outcome, reason)
         if abort_reason == "shutdown":
-            return self._defer_ending(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
+            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
         return self._ending_for(claim, job, result, outcome, reason, record)
 
     def _ending_for(
@@ -219,9 +219,7 @@ class Processor:
     ) -> Ending:
         if outcome == "infra" and reason != "lock-lost" and claim.attempt < job.attempts:
             delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
-            return self._defer_ending(
-                claim, Defer(delay, "retry", detail=reason), job, record, "retry"
-            )
+            return self._defer(claim, Defer(delay, "retry", detail=reason), job, record, "retry")
         state: State = "completed" if outcome == "completed" else "failed"
         if outcome == "cancelled":
             state = "cancelled"
@@ -260,15 +258,12 @@ class Processor:
             kill=result.kill,
         )
 
-    def defer(self, claim: Claim, decision: Defer, job: Job | None = None) -> Ending:
-        return self._defer_ending(claim, decision, job, None)
-
-    def _defer_ending(
+    def _defer(
         self,
         claim: Claim,
         d: Defer,
-        job: Job | None,
-        record: RunRecord | None,
+        job: Job | None = None,
+        record: RunRecord | None = None,
         action: str = "defer",
     ) -> Ending:
         now = self.clock.now_ms()
@@ -285,7 +280,7 @@ class Processor:
         event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
         return Ending(action, encoder.encode(rec), d.delay_ms, record)
 
-    def refuse(
+    def _refuse(
         self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = "policy"
     ) -> Ending:
         now = self.clock.now_ms()
@@ -312,7 +307,7 @@ class Processor:
 
     def crashed(self, claim: Claim, exc: BaseException) -> Ending:
         """A bug fails the job for good, with the error recorded."""
-        return self.refuse(
+        return self._refuse(
             claim, None, Refuse("internal-error", f"{type(exc).__name__}: {exc}"), "failed"
         )
 
@@ -335,14 +330,3 @@ def _resolved(pickup: Pickup) -> Job:
     if pickup.size is not None:
         changes["size"] = Size(memory=str(pickup.size.memory), cpus=pickup.size.cpus)
     return msgspec.structs.replace(job, **changes) if changes else job
-
-
-async def _release(pickup: Pickup) -> None:
-    while pickup.holds:
-        name, release = pickup.holds.pop()
-        try:
-            result = release()
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:  # one failed release must not keep the others
-            event("hold_release_failed", job=pickup.claim.id, hold=name, error=str(exc))

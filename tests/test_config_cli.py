@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemons import cli_env, daemon, dispatch, dispatch_json
+from tests.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
 from tests.helpers import eventually_sync
 
 
@@ -55,10 +55,6 @@ def held_for(env: dict[str, str], job_id: str, reason: str) -> dict[str, Any]:
     return eventually_sync(check, 30)
 
 
-def completed(env: dict[str, str], job_id: str) -> None:
-    eventually_sync(lambda: view(env, job_id)["state"] == "completed", 30)
-
-
 def test_a_pause_window_defers_a_job_why_names_it_and_it_runs_after(
     env: dict[str, str], config: Path
 ) -> None:
@@ -72,7 +68,7 @@ def test_a_pause_window_defers_a_job_why_names_it_and_it_runs_after(
         why = dispatch(env, "why", job_id)
         assert why.returncode == 0
         assert "pause-window" in why.stdout and "paused by window" in why.stdout
-        completed(env, job_id)
+        wait_state(env, job_id, "completed")
     (run,) = dispatch_json(env, "runs")
     started = datetime.fromisoformat(run["started_at"]).timestamp()
     assert started >= int(end)  # not before the window closed (its end, to the second)
@@ -93,7 +89,7 @@ def test_a_broken_file_keeps_the_last_good_copy_until_it_is_fixed(
         eventually_sync(lambda: view(env, job_id)["defer"]["at"] != first["defer"]["at"], 30)
         assert held_for(env, job_id, "pause-window")["state"] == "delayed"
         write(config / "pause-windows.json", {"version": 1, "windows": []})
-        completed(env, job_id)  # long before the old window's end
+        wait_state(env, job_id, "completed")  # long before the old window's end
 
 
 def test_a_newer_version_file_holds_work_which_resumes_when_it_is_fixed(
@@ -106,14 +102,14 @@ def test_a_newer_version_file_holds_work_which_resumes_when_it_is_fixed(
         assert "projects.json" in held["defer"]["detail"]
         assert "newer release" in dispatch(env, "why", job_id).stdout
         write(config / "projects.json", {"version": 1, "projects": []})
-        completed(env, job_id)  # within seconds, not the 10-minute re-check
+        wait_state(env, job_id, "completed")  # within seconds, not the 10-minute re-check
 
 
 def test_a_broken_settings_overlay_refuses_the_job(env: dict[str, str], config: Path) -> None:
     write(config / "settings.json", {"version": 1, "settings": {"jobCpus": "many"}})
     with daemon(env):
         job_id = dispatch(env, "submit", "--", "true").stdout.strip()
-        eventually_sync(lambda: view(env, job_id)["state"] == "failed", 30)
+        wait_state(env, job_id, "failed")
     (run,) = dispatch_json(env, "runs")
     assert (run["outcome"], run["reason"]) == ("policy", "settings-overlay-invalid")
 
@@ -129,9 +125,9 @@ def test_a_dirty_folder_is_refused_unless_forced(env: dict[str, str], tmp_path: 
     (repo / "index.html").write_text("v2, not committed\n")
     with daemon(env):
         refused = dispatch(env, "submit", "--folder", str(repo), "--", "true").stdout.strip()
-        eventually_sync(lambda: view(env, refused)["state"] == "failed", 30)
+        wait_state(env, refused, "failed")
         forced = dispatch(env, "submit", "--force", "--folder", str(repo), "--", "true")
-        completed(env, forced.stdout.strip())
+        wait_state(env, forced.stdout.strip(), "completed")
     runs = {r["id"]: r for r in dispatch_json(env, "runs")}
     assert (runs[refused]["outcome"], runs[refused]["reason"]) == ("policy", "dirty-tree")
     why = dispatch(env, "why", refused).stdout

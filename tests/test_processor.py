@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from dispatch.configfiles import Project
 from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse
 from dispatch.gates.settled import SettledGate
-from dispatch.model import Job, Result, RunRecord, Size, encode_job
+from dispatch.model import Job, Result, RunRecord, Size
 from dispatch.processor import Processor, ProcessorSettings
-from dispatch.queue import Claim
 from dispatch.runner import AbortSignal, RunContext, RunResult
 from dispatch.runs import RunMirror
+from tests.gates.pickups import claim_of
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
@@ -80,12 +80,8 @@ class Runner:
         return RunResult(started=True, exit_code=0, started_ms=1, ended_ms=2)
 
 
-def claim_of(job: Job, stalls: int = 0) -> Claim:
-    return Claim("jobs", job.id, "h:1", 1, stalls, 0, encode_job(job))
-
-
-def processor(runner: Runner, gates: list[ScriptedGate], tmp_path: Path) -> Processor:
-    return Processor(ProcessorSettings(host="h", output_dir=tmp_path), runner, gates)  # type: ignore[arg-type]
+def processor(runner, gates, tmp_path: Path, mirror=None, **settings) -> Processor:
+    return Processor(ProcessorSettings("h", tmp_path, **settings), runner, gates, mirror=mirror)
 
 
 gate_plans = st.lists(
@@ -135,9 +131,7 @@ async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
     )  # fmt: skip
     await mirror.put("jobs", recorded, 1)
     runner = Runner()
-    proc = Processor(
-        ProcessorSettings(host="h", output_dir=tmp_path), runner, [SettledGate(mirror)]
-    )
+    proc = processor(runner, [SettledGate(mirror)], tmp_path)
     first_pickup = await proc.process(claim_of(job, stalls=0), AbortSignal())
     assert runner.runs == 1 and first_pickup.action == "finish"
     again = await proc.process(claim_of(job, stalls=1), AbortSignal())
@@ -148,7 +142,7 @@ async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
 
 async def test_a_run_is_mirrored_before_the_claim_ends(redis, prefix, tmp_path: Path) -> None:
     mirror = RunMirror(redis, prefix)
-    proc = Processor(ProcessorSettings(host="h", output_dir=tmp_path), Runner(), [], mirror=mirror)
+    proc = processor(Runner(), [], tmp_path, mirror)
     await proc.process(claim_of(Job(id="j3", command=["true"])), AbortSignal())
     record = await mirror.get("jobs", "j3#1")
     assert record is not None and record.outcome == "completed"
@@ -168,11 +162,8 @@ class Stubborn:
 async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_path: Path) -> None:
     ledger = Ledger()
     runner = Stubborn()
-    proc = Processor(
-        ProcessorSettings(host="h", output_dir=tmp_path, abort_wait_s=0.01),
-        runner,  # type: ignore[arg-type]
-        [ScriptedGate("scope", ledger, 2, "admit")],
-    )
+    gates = [ScriptedGate("scope", ledger, 2, "admit")]
+    proc = processor(runner, gates, tmp_path, abort_wait_s=0.01)
     signal = AbortSignal()
     signal.abort("operator-cancel")
     ending = await proc.process(claim_of(Job(id="j4", command=["true"])), signal)
@@ -204,7 +195,7 @@ async def test_records_name_the_project_and_size_the_gates_resolved(tmp_path: Pa
             seen.append(ctx.job)
             return await super().run(ctx)
 
-    proc = Processor(ProcessorSettings(host="h", output_dir=tmp_path), Seeing(), [Resolver()])
+    proc = processor(Seeing(), [Resolver()], tmp_path)
     ending = await proc.process(claim_of(Job(id="j5", command=["true"])), AbortSignal())
     assert ending.record is not None and ending.record.project == "acme"
     (job,) = seen

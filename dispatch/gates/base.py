@@ -2,12 +2,13 @@
 
 A gate is a small object with one async method, `check(pickup) -> Decision`. It never raises
 to say no and never reads the wall clock itself. A gate that takes a hold (a slot, a lease)
-pushes how to give it back onto `pickup.holds`; the processor gives every hold back, in
-reverse order, on every exit.
+pushes how to give it back onto `pickup.holds`; the processor gives every hold back
+(`Pickup.release`, in reverse order) on every exit.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 import msgspec
 
 from dispatch.configfiles import ConfigSnapshot, Project
+from dispatch.log import event
 from dispatch.model import Job, RunRecord
 from dispatch.queue import Claim
 from dispatch.runner import AbortSignal
@@ -78,6 +80,17 @@ class Pickup:
 
     def hold(self, name: str, release: Release) -> None:
         self.holds.append((name, release))
+
+    async def release(self) -> None:
+        """Give every hold back, the last taken first."""
+        while self.holds:
+            name, release = self.holds.pop()
+            try:
+                result = release()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:  # one failed release must not keep the others
+                event("hold_release_failed", job=self.claim.id, hold=name, error=str(exc))
 
 
 class Gate(Protocol):

@@ -22,7 +22,7 @@ from dispatch.config import Settings
 from dispatch.configfiles import Project
 from dispatch.gates.base import ADMIT, HOST_BUDGET_DELAY_MS, Decision, Defer, JobSize, Pickup
 
-Bound = Literal["host", "share"]
+Exceeded = Literal["host", "share"]  # what a size overruns: the budget or a share
 _NANO = 1_000_000_000
 _GIB = 1024**3
 
@@ -75,7 +75,7 @@ class HostBudget:
         """`share` of the budget. Rounded, not floored: 0.3 of 10 CPUs must hold 3 CPUs."""
         return _size(round(share * self.memory), round(share * _nano(self.cpus)))
 
-    def misfit(self, size: JobSize, share: float | None) -> Bound | None:
+    def misfit(self, size: JobSize, share: float | None) -> Exceeded | None:
         """What `size` exceeds even with nothing running: the budget, or the share of it."""
         if not _fits(size, self.total):
             return "host"
@@ -83,7 +83,7 @@ class HostBudget:
             return "share"
         return None
 
-    def bound(self, size: JobSize, project_id: str | None, share: float | None) -> Bound | None:
+    def bound(self, size: JobSize, project_id: str | None, share: float | None) -> Exceeded | None:
         """What stops `size` from starting now, or None when it fits."""
         if not _fits(_plus(self.used(), size), self.total):
             return "host"

@@ -2,8 +2,9 @@
 
 Every endpoint whose `models` list the job's effective model is taken, each once (by id) and in
 id order, so two jobs never deadlock taking the same pair in opposite orders: an in-process
-slot of `slots`, then a fleet lease of `slots`. A per-machine endpoint (localhost, 127.0.0.0/8,
-::1, 0.0.0.0, ::) is a different server on every host, so only the in-process slot bounds it.
+slot of `slots`, then a fleet lease of `slots` (`hold.take`). A per-machine endpoint (localhost,
+127.0.0.0/8, ::1, 0.0.0.0, ::) is a different server on every host, so only the in-process slot
+bounds it.
 No model, or a model no endpoint serves, is admitted: there is nothing to bound. An endpoint
 with `slots` <= 0 admits nothing (the job defers until the file says otherwise).
 """
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 
 from dispatch.configfiles import Endpoint
 from dispatch.gates.base import ADMIT, ENDPOINT_DELAY_MS, Decision, Defer, Pickup
-from dispatch.gates.scope import Bound, lease_name, take
+from dispatch.gates.hold import Bound, lease_name, take
 from dispatch.lease import FleetLeases
 from dispatch.slots import Slots
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dispatch.config import Settings
 from dispatch.gates.base import ADMIT, HOST_SLOT_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.budget import HostBudget
+from dispatch.gates.hold import slot_release
 from dispatch.slots import Slots
 
 HOST_SLOT_KEY = "host"
@@ -30,10 +31,5 @@ class HostSlotGate:
         if ticket is None:
             busy = "the one host slot is busy" if limit == 1 else f"all {limit} host slots are busy"
             return Defer(HOST_SLOT_DELAY_MS, "host-slot", detail=busy)
-        slots = self.slots
-
-        def give_back() -> None:
-            slots.release(ticket)
-
-        pickup.hold(self.name, give_back)
+        pickup.hold(self.name, slot_release(self.slots, ticket))
         return ADMIT

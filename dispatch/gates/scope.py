@@ -10,97 +10,21 @@
   unbounded and no hold at all. A finite bound takes an in-process slot, then a fleet lease.
 - Then the project's `concurrent`, the same way, for every kind of job.
 
-Any bound of 0 or less admits nothing. Busy defers name a holder: a job id for an in-process
-slot, a host for a fleet lease (holder ids are `<host>:<random>`, and the host is what an
-operator can look at). Details name a folder by its basename only, as `Job.target` does.
-
-`Bound` and `take` are shared with the endpoint gate: an in-process slot, then (unless the
-bound is per machine) a fleet lease, each pushed onto the pickup's holds as it is taken.
+Each bound is taken by `hold.take` (any bound of 0 or less admits nothing; a busy defer names
+the holder). Details name a folder by its basename only, as `Job.target` does.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import anyio
-from redis.exceptions import RedisError
 
 from dispatch.configfiles import ScopedLimit
-from dispatch.errors import ScriptError
 from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Decision, Defer, Pickup
-from dispatch.keys import lease_keys
-from dispatch.lease import FleetLeases, Lease, holder_host, holders
-from dispatch.slots import Slots, Ticket
-
-
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """One concurrency bound: an in-process slot key, and a fleet lease unless per machine."""
-
-    key: str
-    limit: int
-    label: str  # how a defer's detail names it
-    lease: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Busy:
-    holder: str | None
-    detail: str
-
-
-def lease_name(kind: str, name: str) -> str:
-    """A lease name for `kind:name`; braces are escaped since they would break the hash tag."""
-    escaped = name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-    return f"{kind}:{escaped}"
-
-
-async def take(pickup: Pickup, slots: Slots, leases: FleetLeases, bound: Bound) -> Busy | None:
-    """Take the bound's slot, then its lease; None when both are held, else who is in the way."""
-    if bound.limit <= 0:
-        return Busy(None, f"{bound.label} admits no jobs (concurrent {bound.limit})")
-    ticket = slots.try_acquire(bound.key, bound.limit, owner=pickup.job.id)
-    if ticket is None:
-        return _busy(bound, slots.owners(bound.key), "on this host")
-    pickup.hold(f"slot:{bound.key}", _slot_release(slots, ticket))
-    if bound.lease is None:
-        return None
-    lease = await leases.acquire(bound.lease, bound.limit, on_lost=_abort_on_loss(pickup))
-    if lease is None:
-        return _busy(bound, await _fleet_hosts(leases, bound.lease), "fleet-wide")
-    pickup.hold(f"lease:{bound.lease}", lambda: leases.release(lease))
-    return None
-
-
-def _busy(bound: Bound, held_by: list[str], where: str) -> Busy:
-    who = ", ".join(held_by) or "unknown"
-    detail = f"{bound.label} runs {len(held_by)} of {bound.limit} {where} (held by {who})"
-    return Busy(held_by[0] if held_by else None, detail)
-
-
-def _slot_release(slots: Slots, ticket: Ticket) -> Callable[[], None]:
-    def release() -> None:
-        slots.release(ticket)
-
-    return release
-
-
-def _abort_on_loss(pickup: Pickup) -> Callable[[Lease], None]:
-    def lost(_lease: Lease) -> None:
-        pickup.signal.abort("lease-lost")
-
-    return lost
-
-
-async def _fleet_hosts(leases: FleetLeases, name: str) -> list[str]:
-    """Hosts holding the lease, for the defer's detail; empty if Redis cannot say."""
-    try:
-        held = await holders(leases.redis, lease_keys(name, leases.settings.prefix))
-    except (RedisError, OSError, ScriptError):
-        return []
-    return sorted(holder_host(h) for h in held)
+from dispatch.gates.hold import Bound, Busy, lease_name, take
+from dispatch.lease import FleetLeases
+from dispatch.slots import Slots
 
 
 class ScopeGate:

@@ -30,7 +30,7 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
 )
-from dispatch.gates.budget import Bound, HostBudget, describe
+from dispatch.gates.budget import Exceeded, HostBudget, describe
 from dispatch.model import Job
 
 _T = TypeVar("_T")
@@ -112,7 +112,7 @@ class SizeGate:
         """Whether another live host reads this queue and so might fit the job."""
         return "@" not in queue and await self.live_hosts.count() > 1
 
-    def _limit(self, misfit: Bound, project: Project | None) -> str:
+    def _limit(self, misfit: Exceeded, project: Project | None) -> str:
         if misfit == "host" or project is None or project.host_share is None:
             return f"this host's job budget of {describe(self.budget.total)}"
         share = project.host_share

@@ -5,10 +5,10 @@ from typing import Any
 import pytest
 
 from dispatch.configfiles import ConfigSnapshot, Project
-from dispatch.gates.base import Admit, Pickup
+from dispatch.gates.base import Admit
 from dispatch.gates.project import ProjectGate, resolve_project, within
 from dispatch.model import Job
-from dispatch.queue import Claim
+from tests.gates.pickups import pickup_of
 
 WEB = Project(id="web", repos=["Acme/Web"], folders=["/srv/web/"])
 SITE = Project(id="site", folders=["/srv", "/srv/site"])
@@ -63,7 +63,6 @@ def test_membership_follows_the_kind() -> None:
 
 @pytest.mark.anyio
 async def test_gate_sets_the_project_and_admits() -> None:
-    claim = Claim(queue="jobs", id="j1", token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
-    pickup = Pickup(claim=claim, job=forge("acme/web"), config=ConfigSnapshot(projects=ROWS))
+    pickup = pickup_of(forge("acme/web"), config=ConfigSnapshot(projects=ROWS))
     assert await ProjectGate().check(pickup) == Admit()
     assert pickup.project is WEB

@@ -18,7 +18,7 @@ from dispatch.gates.budget import (
     machine_size,
 )
 from dispatch.model import Job
-from dispatch.queue import Claim
+from tests.gates.pickups import hold_names, pickup_of
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +39,7 @@ def size(memory_gib: float, cpus: float) -> JobSize:
 
 
 def pickup(job_id: str, memory_gib: float, cpus: float, project: Project | None = None) -> Pickup:
-    claim = Claim(queue="jobs", id=job_id, token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
-    p = Pickup(claim=claim, job=Job(id=job_id), project=project)
-    p.size = size(memory_gib, cpus)
-    return p
+    return pickup_of(Job(id=job_id), project=project, size=size(memory_gib, cpus))
 
 
 def test_the_configured_budget_comes_from_settings() -> None:
@@ -124,7 +121,7 @@ async def test_the_gate_reserves_and_holds_until_given_back() -> None:
     gate = HostBudgetGate(b)
     p = pickup("a", 6, 2.0)
     assert await gate.check(p) == Admit()
-    assert [name for name, _ in p.holds] == ["host-budget"]
+    assert hold_names(p) == ["host-budget"]
     assert b.running() == ["a"]
     for _, release in p.holds:
         release()

@@ -9,8 +9,8 @@ from dispatch.gates.base import HOST_SLOT_DELAY_MS, Admit, Defer, JobSize, Picku
 from dispatch.gates.budget import HostBudget
 from dispatch.gates.host_slot import HOST_SLOT_KEY, HostSlotGate
 from dispatch.model import Job
-from dispatch.queue import Claim
 from dispatch.slots import Slots
+from tests.gates.pickups import hold_names, pickup_of
 
 pytestmark = pytest.mark.anyio
 
@@ -18,8 +18,7 @@ MACHINE = JobSize(memory=16 * 1024**3, cpus=8.0)
 
 
 def pickup(job_id: str) -> Pickup:
-    claim = Claim(queue="jobs", id=job_id, token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
-    return Pickup(claim=claim, job=Job(id=job_id))
+    return pickup_of(Job(id=job_id))
 
 
 def gate(slots: Slots, **kw: Any) -> HostSlotGate:
@@ -38,7 +37,7 @@ async def test_takes_a_slot_per_job_up_to_the_concurrency() -> None:
     a, b = pickup("a"), pickup("b")
     assert await g.check(a) == Admit()
     assert await g.check(b) == Admit()
-    assert [name for name, _ in a.holds] == ["host-slot"]
+    assert hold_names(a) == ["host-slot"]
     assert slots.owners(HOST_SLOT_KEY) == ["a", "b"]
 
 

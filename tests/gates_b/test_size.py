@@ -10,7 +10,7 @@ from dispatch.gates.base import NEVER_FITS_DELAY_MS, Admit, Defer, JobSize, Pick
 from dispatch.gates.budget import HostBudget
 from dispatch.gates.size import SizeGate, resolve_size
 from dispatch.model import Job, Size
-from dispatch.queue import Claim
+from tests.gates.pickups import pickup_of
 
 pytestmark = pytest.mark.anyio
 
@@ -35,8 +35,7 @@ def settings(**kw: Any) -> Settings:
 
 
 def pickup(queue: str = "jobs", size: Size | None = None, project: Project | None = None) -> Pickup:
-    claim = Claim(queue=queue, id="j1", token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
-    return Pickup(claim=claim, job=Job(id="j1", queue=queue, size=size), project=project)
+    return pickup_of(Job(id="j1", queue=queue, size=size), project=project)
 
 
 def gate(hosts: int = 1, **kw: Any) -> tuple[SizeGate, Hosts]:

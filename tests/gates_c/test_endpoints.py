@@ -2,21 +2,22 @@ from __future__ import annotations
 
 import pytest
 
-from dispatch.configfiles import Endpoint
-from dispatch.gates.base import ADMIT, ENDPOINT_DELAY_MS, Defer
+from dispatch.configfiles import ConfigSnapshot, Endpoint
+from dispatch.gates.base import ADMIT, ENDPOINT_DELAY_MS, Defer, Pickup
 from dispatch.gates.endpoints import per_machine, serving
 from dispatch.keys import lease_keys
 from dispatch.lease import holder_host, holders
-from tests.gates_c.test_scope import hold_names, hosts, pickup, release_all
+from dispatch.model import Job
+from tests.gates.pickups import hold_names, pickup_of
 
 pytestmark = pytest.mark.anyio
-__all__ = ["hosts"]  # the fixture, shared with the scope tests
 
 LLM = Endpoint(id="llm", host="gpu-1.lan", slots=1, models=["qwen", "llama"])
 
 
-def asks(job_id: str, model: str | None = "qwen", endpoints=(LLM,)):
-    return pickup(job_id, model=model, endpoints=endpoints)
+def asks(job_id: str, model: str | None = "qwen", endpoints=(LLM,)) -> Pickup:
+    config = ConfigSnapshot(endpoints=tuple(endpoints))
+    return pickup_of(Job(id=job_id), config=config, model=model)
 
 
 async def test_a_full_endpoint_defers_the_next_job(hosts) -> None:
@@ -32,7 +33,7 @@ async def test_a_full_endpoint_defers_the_next_job(hosts) -> None:
         ENDPOINT_DELAY_MS,
     )
     assert decision.detail == "endpoint llm runs 1 of 1 on this host (held by job-1)"
-    await release_all(first)
+    await first.release()
     assert await gate.check(asks("job-3")) == ADMIT
 
 
@@ -44,7 +45,7 @@ async def test_an_endpoint_is_bounded_fleet_wide(hosts) -> None:
     assert isinstance(decision, Defer)
     assert (decision.reason, decision.holder) == ("endpoint", "host-a")
     assert decision.detail == "endpoint llm runs 1 of 1 fleet-wide (held by host-a)"
-    await release_all(first)
+    await first.release()
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.2:8080", "http://[::1]:8000/v1"])
@@ -74,7 +75,7 @@ async def test_endpoints_are_taken_once_each_in_id_order(hosts, redis, prefix) -
     ]
     held = await holders(redis, lease_keys("endpoint:zeta", prefix))
     assert [holder_host(h) for h in held] == ["host-a"]
-    await release_all(p)
+    await p.release()
     assert await holders(redis, lease_keys("endpoint:zeta", prefix)) == {}
 
 
@@ -113,7 +114,7 @@ async def test_lease_loss_aborts_the_run(hosts, redis, prefix) -> None:
     await redis.delete(lease_keys("endpoint:llm", prefix).holders)
     assert not await a.leases.renew(lease)
     assert p.signal.reason == "lease-lost"
-    await release_all(p)
+    await p.release()
 
 
 @pytest.mark.parametrize(

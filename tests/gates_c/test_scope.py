@@ -1,66 +1,26 @@
 from __future__ import annotations
 
-import inspect
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
-
 import pytest
 from redis.asyncio import Redis
 
 from dispatch.configfiles import ConfigSnapshot, Project, ScopedLimit
 from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Defer, Pickup
-from dispatch.gates.endpoints import EndpointGate
-from dispatch.gates.scope import ScopeGate, lease_name
+from dispatch.gates.hold import lease_name
+from dispatch.gates.scope import ScopeGate
 from dispatch.keys import lease_keys
 from dispatch.lease import FleetLeases, LeaseSettings, holder_host, holders
 from dispatch.model import Job
-from dispatch.queue import Claim
 from dispatch.slots import Slots
 from tests.conftest import free_port
+from tests.gates.pickups import hold_names, pickup_of
 
 pytestmark = pytest.mark.anyio
 
 
-@dataclass
-class Host:
-    """One daemon's worth of gates: its own slots, its own leases, one shared Redis."""
-
-    slots: Slots
-    leases: FleetLeases
-    scope: ScopeGate
-    endpoint: EndpointGate
-
-
-async def open_host(stack, redis, prefix: str, name: str) -> Host:
-    settings = LeaseSettings(prefix=prefix, ttl_s=5.0, timeout_s=1.0)
-    leases = await stack.enter_async_context(FleetLeases(redis, settings, host=name))
-    slots = Slots()
-    return Host(slots, leases, ScopeGate(slots, leases), EndpointGate(slots, leases))
-
-
-@pytest.fixture
-async def hosts(redis, prefix):
-    async with AsyncExitStack() as stack:
-        yield [await open_host(stack, redis, prefix, name) for name in ("host-a", "host-b")]
-
-
-def pickup(job_id: str, *, project=None, model=None, limits=(), endpoints=(), **job) -> Pickup:
-    claim = Claim("jobs", job_id, "token", 1, 0, 0, b"")
-    config = ConfigSnapshot(limits=tuple(limits), endpoints=tuple(endpoints))
-    return Pickup(claim, Job(id=job_id, **job), config=config, project=project, model=model)
-
-
-async def release_all(p: Pickup) -> None:
-    """As the processor does: every hold back, in reverse order."""
-    while p.holds:
-        _, release = p.holds.pop()
-        result = release()
-        if inspect.isawaitable(result):
-            await result
-
-
-def hold_names(p: Pickup) -> list[str]:
-    return [name for name, _ in p.holds]
+def pickup(job_id: str, *, project=None, limits=(), **job) -> Pickup:
+    return pickup_of(
+        Job(id=job_id, **job), config=ConfigSnapshot(limits=tuple(limits)), project=project
+    )
 
 
 # folders
@@ -81,7 +41,7 @@ async def test_one_job_per_folder_until_the_first_gives_it_back(hosts, tmp_path)
     )
     assert decision.detail == f"folder {tmp_path.name} runs 1 of 1 on this host (held by job-1)"
     assert str(tmp_path.parent) not in decision.detail  # basename only
-    await release_all(first)
+    await first.release()
     assert await gate.check(second) == ADMIT
 
 
@@ -166,13 +126,13 @@ async def test_repo_limit_holds_fleet_wide(hosts, redis, prefix) -> None:
         SCOPE_DELAY_MS,
     )
     assert decision.detail == "acme/web runs 2 of 2 fleet-wide (held by host-a, host-b)"
-    await release_all(third)
-    await release_all(second)
+    await third.release()
+    await second.release()
     assert await a.scope.check(third) == ADMIT
     held = await holders(redis, lease_keys("scope:repo:acme/web", prefix))
     assert sorted(holder_host(h) for h in held) == ["host-a", "host-a"]
-    await release_all(first)
-    await release_all(third)
+    await first.release()
+    await third.release()
 
 
 async def test_repo_limit_holds_on_one_host(hosts) -> None:
@@ -182,7 +142,7 @@ async def test_repo_limit_holds_on_one_host(hosts) -> None:
     decision = await gate.check(web("job-2", limit=1))
     assert isinstance(decision, Defer) and decision.reason == "scope-repo"
     assert decision.detail == "acme/web runs 1 of 1 on this host (held by job-1)"
-    await release_all(first)
+    await first.release()
 
 
 async def test_no_row_means_no_holds(hosts) -> None:
@@ -206,7 +166,7 @@ async def test_a_degraded_lease_is_accepted(prefix) -> None:
             assert len(first.holds) == 2
             # the in-process bound still holds while Redis is away
             assert isinstance(await gate.check(web("job-2", limit=1)), Defer)
-            await release_all(first)
+            await first.release()
     finally:
         await dead.aclose()
 
@@ -219,7 +179,7 @@ async def test_lease_loss_aborts_the_run(hosts, redis, prefix) -> None:
     await redis.delete(lease_keys("scope:repo:acme/web", prefix).holders)
     assert not await a.leases.renew(lease)
     assert p.signal.event.is_set() and p.signal.reason == "lease-lost"
-    await release_all(p)
+    await p.release()
 
 
 # projects
@@ -237,10 +197,10 @@ async def test_project_concurrency_holds_fleet_wide(hosts) -> None:
     assert (decision.reason, decision.holder) == ("scope-project", "host-a")
     assert decision.detail == "project shop runs 1 of 1 fleet-wide (held by host-a)"
     assert hold_names(second) == ["slot:project:shop"]  # given back by the processor's defer
-    await release_all(second)
-    await release_all(first)
+    await second.release()
+    await first.release()
     assert await b.scope.check(second) == ADMIT
-    await release_all(second)
+    await second.release()
 
 
 async def test_repo_then_project_holds_in_order(hosts) -> None:
@@ -252,7 +212,7 @@ async def test_repo_then_project_holds_in_order(hosts) -> None:
         "slot:project:shop",
         "lease:scope:project:shop",
     ]
-    await release_all(p)
+    await p.release()
 
 
 async def test_project_without_concurrent_is_unbounded(hosts) -> None:
