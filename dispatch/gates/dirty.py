@@ -53,13 +53,9 @@ class _Repo:
     gitdir: str
 
 
-def has_git_entry(folder: str) -> bool:
-    """Whether the folder or one of its parents holds a `.git` (a directory, or a file as in
-    worktrees and submodules); without one there is no work tree to ask about."""
-    return _find_dotgit(folder) is not None
-
-
 def _find_dotgit(folder: str) -> str | None:
+    """The first `.git` (a directory, or a file as in worktrees and submodules) in the folder
+    or one of its parents; without one there is no work tree to ask about."""
     path = posixpath.normpath(folder)
     while True:
         dotgit = posixpath.join(path, ".git")
@@ -141,8 +137,6 @@ class DirtyTreeGate:
     async def check(self, pickup: Pickup) -> Decision:
         job = pickup.job
         if job.kind != "local" or not job.folder or job.force:
-            return ADMIT
-        if not has_git_entry(job.folder):
             return ADMIT
         base = job.target()
         try:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from dispatch.gates.base import Admit, Pickup, Refuse
-from dispatch.gates.dirty import DirtyTreeGate, has_git_entry
+from dispatch.gates.dirty import DirtyTreeGate
 from dispatch.model import Job
-from dispatch.queue import Claim
+from tests.gates.pickups import pickup_of
 
 pytestmark = pytest.mark.anyio
 NO_GIT = "/nonexistent/git"  # a gate that must not spawn git is given this one
@@ -33,8 +33,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def pickup(folder: Path | str, **kw: Any) -> Pickup:
-    claim = Claim(queue="jobs", id="j1", token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
-    return Pickup(claim=claim, job=Job(id="j1", kind="local", folder=str(folder), **kw))
+    return pickup_of(Job(id="j1", kind="local", folder=str(folder), **kw))
 
 
 def fake_git(tmp_path: Path, body: str) -> str:
@@ -76,14 +75,13 @@ async def test_force_admits_a_dirty_tree_without_asking_git(repo: Path) -> None:
 
 
 async def test_a_folder_outside_any_repo_is_admitted_without_git(tmp_path: Path) -> None:
-    assert not has_git_entry(str(tmp_path))
+    assert not any(os.path.lexists(folder / ".git") for folder in (tmp_path, *tmp_path.parents))
     assert await DirtyTreeGate(git=NO_GIT).check(pickup(tmp_path)) == Admit()
 
 
 async def test_only_local_jobs_are_checked() -> None:
-    claim = Claim(queue="jobs", id="j1", token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
     job = Job(id="j1", kind="forge", repo="acme/web", number=7)
-    assert await DirtyTreeGate(git=NO_GIT).check(Pickup(claim=claim, job=job)) == Admit()
+    assert await DirtyTreeGate(git=NO_GIT).check(pickup_of(job)) == Admit()
 
 
 async def test_a_held_index_lock_does_not_stop_the_check(repo: Path) -> None:
