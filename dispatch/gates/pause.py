@@ -20,6 +20,7 @@ file before it ever gets here.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterable
@@ -64,15 +65,23 @@ class _Recurring:
         for day in (today - timedelta(days=1), today):
             if self.days and day.weekday() not in self.days:
                 continue
-            start_ms = _instant(day, self.start, self.tz)
-            end_day = day if self.end > self.start else day + timedelta(days=1)
-            end_ms = _instant(end_day, self.end, self.tz)
+            start_ms, end_ms = _occurrence(self, day)
             if start_ms <= t_ms < end_ms:
                 return end_ms
         return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _occurrence(schedule: _Recurring, day: date) -> tuple[int, int]:
+    """Start and end of the occurrence that starts on `day`. Every pickup of the day asks the
+    same question, and the zone arithmetic is most of a check's cost: computed once."""
+    start_ms = _instant(day, schedule.start, schedule.tz)
+    end_day = day if schedule.end > schedule.start else day + timedelta(days=1)
+    return start_ms, _instant(end_day, schedule.end, schedule.tz)
+
+
 _Schedule = _Fixed | _Recurring
+_Readable = list[tuple[_Schedule, PauseWindow]]
 
 
 def window_problems(window: PauseWindow) -> list[str]:
@@ -103,11 +112,18 @@ def pause_until(
 ) -> tuple[int, PauseWindow] | None:
     """The end of the chain of windows pausing this job now, and the window that ends it;
     None when no window covers `now_ms`."""
-    schedules = [
-        (schedule, window)
-        for window in windows
-        if applies(window, job, project_id) and (schedule := _read(window)[0]) is not None
-    ]
+    return _chain(_readable(windows), job, project_id, now_ms)
+
+
+def _readable(windows: Iterable[PauseWindow]) -> _Readable:
+    """Every row that reads as a window, with its schedule; a bad row is skipped."""
+    return [(schedule, w) for w in windows if (schedule := _read(w)[0]) is not None]
+
+
+def _chain(
+    readable: _Readable, job: Job, project_id: str | None, now_ms: int
+) -> tuple[int, PauseWindow] | None:
+    schedules = [(s, w) for s, w in readable if applies(w, job, project_id)]
     found: tuple[int, PauseWindow] | None = None
     t_ms = now_ms
     for _ in range(_MAX_LINKS):
@@ -121,9 +137,7 @@ def pause_until(
     return found
 
 
-def _longest(
-    schedules: list[tuple[_Schedule, PauseWindow]], t_ms: int
-) -> tuple[int, PauseWindow] | None:
+def _longest(schedules: _Readable, t_ms: int) -> tuple[int, PauseWindow] | None:
     best: tuple[int, PauseWindow] | None = None
     for schedule, window in schedules:
         end_ms = schedule.end_covering(t_ms)
@@ -137,15 +151,23 @@ class PauseGate:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
+        self._windows: tuple[PauseWindow, ...] = ()
+        self._readable: _Readable = []
 
     async def check(self, pickup: Pickup) -> Decision:
         now_ms = self._clock.now_ms()
         project_id = pickup.project.id if pickup.project else None
-        found = pause_until(pickup.config.windows, pickup.job, project_id, now_ms)
+        found = _chain(self._read_once(pickup.config.windows), pickup.job, project_id, now_ms)
         if found is None or found[0] - now_ms <= MIN_DEFER_MS:
             return ADMIT
         end_ms, window = found
         return Defer(end_ms - now_ms, "pause-window", detail=describe(window, end_ms))
+
+    def _read_once(self, windows: tuple[PauseWindow, ...]) -> _Readable:
+        """The rows are read once per config snapshot, not once per pickup."""
+        if windows is not self._windows:
+            self._windows, self._readable = windows, _readable(windows)
+        return self._readable
 
 
 def describe(window: PauseWindow, end_ms: int) -> str:

@@ -20,7 +20,7 @@ from dispatch.gates.pause import (
     window_problems,
 )
 from dispatch.model import Job
-from dispatch.queue import Claim
+from tests.gates.pickups import pickup_of
 
 AMS = ZoneInfo("Europe/Amsterdam")
 FORGE = Job(id="j1", kind="forge", repo="acme/web", number=7)
@@ -41,9 +41,8 @@ def ams(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
 
 
 def pickup(job: Job = FORGE, *windows: PauseWindow, project: str | None = None) -> Pickup:
-    claim = Claim(queue="jobs", id="j1", token="h:1", attempt=1, stalls=0, queued_ms=0, data=b"")
     found = Project(id=project) if project else None
-    return Pickup(claim=claim, job=job, config=ConfigSnapshot(windows=windows), project=found)
+    return pickup_of(job, config=ConfigSnapshot(windows=windows), project=found)
 
 
 def until(windows: list[PauseWindow], now_ms: int, job: Job = FORGE) -> int | None:
