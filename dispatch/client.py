@@ -38,8 +38,13 @@ from dispatch.model import (
 )
 from dispatch.queue import Enqueued, NewJob, Queue
 from dispatch.records import decode as decode_record
+from dispatch.redis_client import redis_client
 
 HOUR_MS = 3_600_000
+# Every read ends at the socket timeout (a silent server is an error, not a hang), so a long
+# blocking wait is taken in steps well under it; redis-py 8 defaults to the same 5 s.
+_SOCKET_TIMEOUT_S = 5.0
+_BLOCK_STEP_S = 2.0
 _defer = msgspec.json.Decoder(DeferRecord)
 _result = msgspec.json.Decoder(Result)
 
@@ -96,11 +101,8 @@ class Client:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
-        return cls(
-            Redis.from_url(settings.redis_url, socket_connect_timeout=5),
-            settings.prefix,
-            settings.host,
-        )
+        redis = redis_client(settings.redis_url, socket_timeout=_SOCKET_TIMEOUT_S)
+        return cls(redis, settings.prefix, settings.host)
 
     @classmethod
     def from_env(cls) -> Client:
@@ -140,47 +142,43 @@ class Client:
         return done
 
     async def get(self, job_id: str) -> JobView | None:
-        for name in await self.queues():
-            (view,) = await self._views(self.queue(name), [job_id])
-            if view is not None:
-                return view
-        return None
+        """The job in the first queue (by name) that holds it: one round trip for all queues."""
+        views = await self._views([(name, job_id) for name in await self.queues()])
+        return next((v for v in views if v is not None), None)
 
-    async def _views(self, q: Queue, ids: builtins.list[str]) -> builtins.list[JobView | None]:
-        """Every job's fields in one pipelined round trip, whatever the number of ids."""
-        k = q.keys
-        zsets = (k.delayed, k.active, k.done)
-        hashes = (k.defer, k.result, k.data, k.lock, k.attempts, k.stalls, k.queued)
+    async def _views(self, wanted: builtins.list[tuple[str, str]]) -> builtins.list[JobView | None]:
+        """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs."""
+        by_queue = {q: keys.queue_keys(q, self.prefix) for q in {q for q, _ in wanted}}
         async with self.redis.pipeline(transaction=False) as p:
-            for job_id in ids:
-                for zset in zsets:
-                    p.zscore(zset, job_id)
-                for h in hashes:
-                    p.hget(h, job_id)
+            for queue, job_id in wanted:
+                k = by_queue[queue]
+                for key in (k.delayed, k.active, k.done):
+                    p.zscore(key, job_id)
+                for key in (k.defer, k.result, k.data, k.lock, k.attempts, k.stalls, k.queued):
+                    p.hget(key, job_id)
             replies = await p.execute()
-        width = len(zsets) + len(hashes)
-        return [
-            _view(q.name, job_id, replies[i * width : (i + 1) * width])
-            for i, job_id in enumerate(ids)
-        ]
+        fields = _chunks(replies, _VIEW_FIELDS)
+        return [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
 
     async def list(self, state: str | None = None, limit: int = 200) -> builtins.list[JobView]:
-        views: builtins.list[JobView] = []
-        for name in await self.queues():
-            queue = self.queue(name)
-            found = await self._views(queue, await self._ids(queue, limit))
-            views += [v for v in found if v is not None and state in (None, v.state)]
-        return views
-
-    async def _ids(self, q: Queue, limit: int) -> builtins.list[str]:
-        k = q.keys
+        """Up to `limit` jobs of each state group per queue: two round trips for all queues."""
+        names = await self.queues()
         async with self.redis.pipeline(transaction=False) as p:
-            p.zrange(k.active, 0, limit - 1)
-            p.lrange(k.wait, 0, limit - 1)
-            p.zrange(k.delayed, 0, limit - 1)
-            p.zrevrange(k.done, 0, limit - 1)
+            for name in names:
+                k = keys.queue_keys(name, self.prefix)
+                p.zrange(k.active, 0, limit - 1)
+                p.lrange(k.wait, 0, limit - 1)
+                p.zrange(k.delayed, 0, limit - 1)
+                p.zrevrange(k.done, 0, limit - 1)
             groups = await p.execute()
-        return [_text(i) for group in groups for i in group]
+        wanted = [
+            (name, _text(job_id))
+            for name, ids in zip(names, _chunks(groups, 4), strict=True)
+            for group in ids
+            for job_id in group
+        ]
+        found = await self._views(wanted)
+        return [v for v in found if v is not None and state in (None, v.state)]
 
     async def cancel(self, job_id: str, wait_s: float = 10.0) -> CancelAnswer:
         """Stop exactly one job, whatever its state; raise NotFound for an unknown id."""
@@ -223,26 +221,34 @@ class Client:
         await q.request_cancel(job_id, token, int(max(wait_s, 1) * 3000))
         deadline = time.monotonic() + wait_s
         while (left := deadline - time.monotonic()) > 0:
-            # short blocks: redis-py cuts any read at its socket timeout (5 s by default)
-            reply = await self.redis.blpop([q.keys.ack(job_id)], timeout=min(left, 2.0))
+            # in steps: redis-py cuts any read, BLPOP's included, at the socket timeout
+            reply = await self.redis.blpop([q.keys.ack(job_id)], timeout=min(left, _BLOCK_STEP_S))
             if reply is not None:
                 return CancelAnswer("taken", _text(reply[1]))
         return CancelAnswer("unacknowledged", owner)
 
     async def runs(self, limit: int = 50) -> builtins.list[RunRecord]:
-        """The fleet's most recent run records (the Redis mirror), newest first."""
-        found: builtins.list[tuple[float, RunRecord]] = []
-        for name in await self.queues():
-            k = self.queue(name).keys
-            idx: Any = await self.redis.zrevrange(k.runs_idx, 0, limit - 1, withscores=True)
-            if not idx:
-                continue
-            raws = await self.redis.hmget(k.runs, [i for i, _ in idx])
-            found += [
-                (float(score), decode_record(raw))
-                for (_, score), raw in zip(idx, raws, strict=True)
-                if raw
-            ]
+        """The fleet's most recent run records (the Redis mirror), newest first.
+
+        Two round trips for all queues: every queue's index, then the records it names."""
+        all_keys = [keys.queue_keys(name, self.prefix) for name in await self.queues()]
+        async with self.redis.pipeline(transaction=False) as p:
+            for k in all_keys:
+                p.zrevrange(k.runs_idx, 0, limit - 1, withscores=True)
+            indexes = await p.execute()
+        indexed = [(k, idx) for k, idx in zip(all_keys, indexes, strict=True) if idx]
+        if not indexed:
+            return []
+        async with self.redis.pipeline(transaction=False) as p:
+            for k, idx in indexed:
+                p.hmget(k.runs, [run_id for run_id, _ in idx])
+            raws = await p.execute()
+        found = [
+            (float(score), decode_record(raw))
+            for (_, idx), raw_records in zip(indexed, raws, strict=True)
+            for (_, score), raw in zip(idx, raw_records, strict=True)
+            if raw
+        ]
         found.sort(key=lambda pair: pair[0], reverse=True)
         return [record for _, record in found[:limit]]
 
@@ -255,6 +261,9 @@ class Client:
         names = await self.queues()
         await asyncio.gather(*(self.queue(n).resume() for n in names))
         return names
+
+
+_VIEW_FIELDS = 10  # what `_views` asks per job, in the order `_view` unpacks it
 
 
 def _view(queue: str, job_id: str, fields: list[Any]) -> JobView | None:
@@ -290,6 +299,10 @@ def _checked_document(job: Job) -> bytes:
         raise InvalidJob(one_line(f"job document: {exc}")) from None
     decode_job(raw)
     return raw
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _text(value: Any) -> str:
