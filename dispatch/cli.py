@@ -35,8 +35,6 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = args.func(args, settings)
     except (InvalidJob, ConfigError, UsageError) as exc:
         code = _fail(str(exc), 2)
-    except NotFound as exc:
-        code = _fail(str(exc), 1)
     except (RedisError, OSError) as exc:
         code = _fail(f"redis: {exc}", 1)
     except DispatchError as exc:
@@ -179,9 +177,10 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
         "attempts": args.attempts,
         "force": args.force,
     }
-    if args.folder:
-        fields.update(kind="local", folder=os.path.abspath(args.folder))
-        fields["queue"] = args.queue or f"jobs@{settings.host}"
+    if args.folder:  # a folder lives on this machine: its jobs go to this host's own queue
+        fields.update(
+            kind="local", folder=os.path.abspath(args.folder), queue=f"jobs@{settings.host}"
+        )
     elif args.repo:
         fields.update(kind="forge", repo=args.repo, number=args.number)
     if args.queue:

@@ -61,7 +61,6 @@ class Settings:
     max_stalls: int = 1
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
-    abort_wait_s: float = 30.0
     image: str = "dispatch-test:latest"
     job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
     job_cpus: float = 2.0
@@ -85,8 +84,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         "embedded": not url,
         "state_dir": state_dir,
     }
-    if get("DISPATCH_CONFIG_DIR"):
-        values["config_dir"] = Path(get("DISPATCH_CONFIG_DIR", ""))
     for name, key, parse in _FIELDS:
         raw = get(key)
         if raw:
@@ -119,6 +116,7 @@ def _runner(raw: str) -> str:
 
 
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 def parse_memory(text: str) -> int:
@@ -126,7 +124,7 @@ def parse_memory(text: str) -> int:
     m = _MEMORY.match(text)
     if not m:
         raise ValueError(f"memory size {text!r} is not like 512m or 4g")
-    return int(float(m.group(1)) * 1024 ** "_kmgt".index(m.group(2).lower() or "_"))
+    return int(float(m.group(1)) * _UNIT_BYTES[m.group(2).lower()])
 
 
 def _cpus(raw: str) -> float:
@@ -141,6 +139,7 @@ def _seconds(raw: str) -> float:
 
 
 _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
+    ("config_dir", "DISPATCH_CONFIG_DIR", Path),
     ("prefix", "DISPATCH_PREFIX", str),
     ("host", "DISPATCH_HOST", _host),
     ("concurrency", "DISPATCH_CONCURRENCY", _positive_int),

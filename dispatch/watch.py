@@ -142,7 +142,11 @@ def _no_problems(content: Any) -> list[str]:
 
 
 def _is_scope(text: str) -> bool:
-    return bool(_REPO.fullmatch(text)) or _is_folder(text)
+    return _is_repo(text) or _is_folder(text)
+
+
+def _is_repo(text: str) -> bool:
+    return bool(_REPO.fullmatch(text))
 
 
 def _is_folder(text: str) -> bool:
@@ -186,10 +190,6 @@ def _check_projects(content: ProjectsFile) -> list[str]:
             problems.append(f"{at}: concurrent must be 0 or more")
         problems += _memory_problem(at, p.memory) + _cpus_problem(at, p.cpus)
     return problems
-
-
-def _is_repo(text: str) -> bool:
-    return bool(_REPO.fullmatch(text))
 
 
 def _check_limits(content: ScopedLimitsFile) -> list[str]:
