@@ -64,6 +64,10 @@ PART_OF_FILE: dict[str, Callable[[Any], object]] = {
 }
 
 
+def projects(*ids: str) -> dict[str, object]:
+    return {"version": 1, "projects": [{"id": one} for one in ids]}
+
+
 def write(path: Path, data: object) -> None:
     """Atomically, as an editor or `dispatch init` does: a temp file, then os.replace."""
     raw = data if isinstance(data, bytes) else json.dumps(data).encode()
@@ -161,7 +165,7 @@ def test_a_broken_file_keeps_the_last_good_copy_until_fixed(
     assert [e["event"] for e in events()] == ["config_invalid"]
     assert events()[0]["file"] == "projects.json" and says in events()[0]["error"]
 
-    write(path, {"version": 1, "projects": [{"id": "api"}]})
+    write(path, projects("api"))
     snapshot = look(files, clock)
     assert snapshot.errors == {} and [p.id for p in snapshot.projects] == ["api"]
     assert [e["event"] for e in events()] == ["config_invalid", "config_reloaded"]
@@ -291,13 +295,19 @@ def test_a_newer_version_holds_and_clears_when_set_back(
 # -- when it looks ------------------------------------------------------------------------
 
 
-def test_a_change_is_seen_only_after_check_every_s(
-    tmp_path: Path, files: ConfigFiles, clock: FakeClock
-) -> None:
+@pytest.fixture
+def project_a(tmp_path: Path, files: ConfigFiles) -> tuple[Path, ConfigSnapshot]:
+    """projects.json holding project "a", and the first snapshot taken of it."""
     path = tmp_path / "projects.json"
-    write(path, {"version": 1, "projects": [{"id": "a"}]})
-    first = files.current()
-    write(path, {"version": 1, "projects": [{"id": "b"}]})
+    write(path, projects("a"))
+    return path, files.current()
+
+
+def test_a_change_is_seen_only_after_check_every_s(
+    project_a: tuple[Path, ConfigSnapshot], files: ConfigFiles, clock: FakeClock
+) -> None:
+    path, first = project_a
+    write(path, projects("b"))
     assert files.current() is first
     clock.advance(0.5)
     assert files.current() is first
@@ -306,33 +316,29 @@ def test_a_change_is_seen_only_after_check_every_s(
 
 
 def test_nothing_changed_hands_back_the_same_snapshot(
-    tmp_path: Path, files: ConfigFiles, clock: FakeClock
+    project_a: tuple[Path, ConfigSnapshot], files: ConfigFiles, clock: FakeClock
 ) -> None:
-    write(tmp_path / "projects.json", GOOD["projects.json"])
-    first = files.current()
+    _, first = project_a
     assert look(files, clock) is first
     assert look(files, clock) is first
 
 
 def test_two_same_size_writes_with_the_same_mtime_are_both_seen(
-    tmp_path: Path, files: ConfigFiles, clock: FakeClock
+    project_a: tuple[Path, ConfigSnapshot], files: ConfigFiles, clock: FakeClock
 ) -> None:
-    path = tmp_path / "projects.json"
-    write(path, {"version": 1, "projects": [{"id": "a"}]})
-    assert [p.id for p in files.current().projects] == ["a"]
+    path, first = project_a
+    assert [p.id for p in first.projects] == ["a"]
     before = path.stat()
-    write(path, {"version": 1, "projects": [{"id": "b"}]})
+    write(path, projects("b"))
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # same second, same size
     assert path.stat().st_size == before.st_size
     assert [p.id for p in look(files, clock).projects] == ["b"]  # the inode differs
 
 
 def test_a_file_whose_stamp_did_not_change_is_not_read_again(
-    tmp_path: Path, files: ConfigFiles, clock: FakeClock
+    project_a: tuple[Path, ConfigSnapshot], files: ConfigFiles, clock: FakeClock
 ) -> None:
-    path = tmp_path / "projects.json"
-    write(path, {"version": 1, "projects": [{"id": "a"}]})
-    first = files.current()
+    path, first = project_a
     before = path.stat()
     path.write_bytes(path.read_bytes().replace(b'"a"', b'"b"'))  # in place: same inode
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
