@@ -2,10 +2,12 @@
 
 Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id>`):
 
-    preflight   folder under an allowed root (no symlink escape), else refuse `folder-not-allowed`;
-                image present on this host, else refuse `image-missing` (images are never pulled,
-                and nothing is created); engine unreachable -> error `docker-unavailable`
-    create      labels host / job / attempt / fence (the boot reaper reads them), no privileges
+    plan        folder under an allowed root (no symlink escape), else refuse `folder-not-allowed`;
+                no image named and no default, else refuse `image-missing`
+    create      labels host / job / attempt / fence (the boot reaper reads them), no privileges;
+                an image not on this host refuses `image-missing` (the create answers 404:
+                images are never pulled, and nothing is created); engine unreachable -> error
+                `docker-unavailable`
     wait        `condition=next-exit` registered BEFORE start, so a fast exit cannot be missed
     start       then the output streams to `ctx.output_path`, capped, with a truncation mark
     exit        the exit code from the wait, or on `ctx.aborted`: stop (SIGTERM, then SIGKILL
@@ -23,7 +25,8 @@ to wait after an abort: a worker that gives up on `run` cancels it, and the cont
 killed and removed in the background.
 
 Hardening: CapDrop ALL, no-new-privileges, a pids limit, Memory (swap capped to the same) and
-NanoCpus from the job's size (defaults from the settings, 4g / 2 CPUs), a non-root user by
+NanoCpus from the job's size (the processor hands over the size its gates resolved; the
+settings' defaults, 4g / 2 CPUs, cover a job run without gates), a non-root user by
 default (`65534:65534`; empty string = the image's own USER; a local job editing the operator's
 folder usually wants the folder owner's uid), optional read-only root with a small /tmp tmpfs,
 network configurable (None = the engine's default bridge, "none" = no network), restart policy
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.config import parse_memory
 from dispatch.docker.client import DockerClient, ExitWait, Json
 from dispatch.docker.errors import (
     ContainerConflict,
@@ -63,52 +66,43 @@ LABEL_ATTEMPT = "dispatch.attempt"
 LABEL_FENCE = "dispatch.fence"
 
 SIGKILL_EXIT = 128 + 9
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
 @dataclass(frozen=True, kw_only=True)
 class DockerSettings:
-    docker_host: str | None = None  # DOCKER_HOST form; None: $DOCKER_HOST, else the unix socket
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
+    # The next three come from dispatch.config.Settings (see dispatch.docker.setup).
     default_image: str | None = None  # for jobs that name no image
+    default_memory: str = "4g"  # for jobs run without the size gate
+    default_cpus: float = 2.0
     user: str = "65534:65534"  # "" = the image's own USER
     network: str | None = None  # None = the engine's default bridge
     read_only: bool = False
     pids_limit: int = 512
-    default_memory: str = "4g"
-    default_cpus: float = 2.0
     workspace: str = "/work"  # where a local job's folder is mounted
     output_drain_s: float = 5.0  # how long the output may trail the exit
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> DockerSettings:
-        """Settings from DISPATCH_* variables (roots separated by os.pathsep)."""
+        """The docker-only DISPATCH_* variables (roots separated by os.pathsep).
+
+        The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
+        default job size are parsed once, by dispatch.config, and laid over these by
+        dispatch.docker.setup.
+        """
         e = dict(os.environ if env is None else env)
         roots = tuple(r for r in e.get("DISPATCH_ALLOWED_ROOTS", "").split(os.pathsep) if r)
         return cls(
-            docker_host=e.get("DOCKER_HOST") or None,
             allowed_roots=roots,
-            default_image=e.get("DISPATCH_IMAGE") or None,
             user=e.get("DISPATCH_CONTAINER_USER", cls.user),
             network=e.get("DISPATCH_CONTAINER_NETWORK") or None,
             read_only=e.get("DISPATCH_CONTAINER_READ_ONLY", "") in ("1", "true", "yes"),
             pids_limit=int(e.get("DISPATCH_CONTAINER_PIDS_LIMIT", cls.pids_limit)),
-            default_memory=e.get("DISPATCH_JOB_MEMORY", cls.default_memory),
-            default_cpus=float(e.get("DISPATCH_JOB_CPUS", cls.default_cpus)),
         )
 
 
 def container_name(job_id: str) -> str:
     return NAME_PREFIX + job_id
-
-
-def parse_memory(text: str) -> int:
-    """Bytes from `512m`, `4g`, `1.5g` or a plain byte count (binary units, like Docker)."""
-    match = _MEMORY.match(text.strip())
-    if not match:
-        raise ValueError(f"memory size {text!r} is not like 512m or 4g")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def allowed_folder(folder: str | None, roots: tuple[str, ...]) -> str | None:
@@ -224,12 +218,12 @@ class DockerRunner:
     async def run(self, ctx: RunContext) -> RunResult:
         if ctx.aborted.is_set():
             return RunResult(started=False, error="aborted-before-start")
+        plan = self._plan(ctx.job)
+        if isinstance(plan, str):
+            return RunResult(started=False, refusal=plan)
         try:
-            plan = await self._plan(ctx.job)
-            if isinstance(plan, str):
-                return RunResult(started=False, refusal=plan)
             cid = await self._create(ctx, container_config(ctx, *plan, self.settings))
-        except ImageMissing:  # removed between the preflight and the create
+        except ImageMissing:  # the create never pulls: its 404 is the image check
             return RunResult(started=False, refusal="image-missing")
         except DockerUnavailable as exc:
             event("docker_unavailable", job=ctx.job.id, error=str(exc))
@@ -245,19 +239,26 @@ class DockerRunner:
     async def preflight(self, job: Job) -> str:
         """Why `job` cannot start on this host ("" when it can); creates nothing.
 
-        `run` does this itself; a caller may also ask before reserving anything for the job.
-        Raises DockerUnavailable when the engine cannot be asked.
+        `run` finds the same reasons (the image's through the create's 404, saving a round
+        trip); a caller may also ask before reserving anything for the job. Raises
+        DockerUnavailable when the engine cannot be asked.
         """
-        plan = await self._plan(job)
-        return plan if isinstance(plan, str) else ""
+        plan = self._plan(job)
+        if isinstance(plan, str):
+            return plan
+        try:
+            await self.client.image_inspect(plan[0])
+        except ImageMissing:
+            return "image-missing"
+        return ""
 
     async def settle(self) -> None:
         """Wait for removals left running by cancelled runs."""
         while self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
 
-    async def _plan(self, job: Job) -> tuple[str, list[str]] | str:
-        """(image, binds) for the container, or the refusal reason."""
+    def _plan(self, job: Job) -> tuple[str, list[str]] | str:
+        """(image, binds) for the container, or the refusal reason; asks the engine nothing."""
         binds: list[str] = []
         if job.kind == "local":
             source = allowed_folder(job.folder, self.settings.allowed_roots)
@@ -266,10 +267,6 @@ class DockerRunner:
             binds.append(f"{source}:{self.settings.workspace}:rw")
         image = job.image or self.settings.default_image
         if not image:
-            return "image-missing"
-        try:
-            await self.client.image_inspect(image)
-        except ImageMissing:
             return "image-missing"
         return image, binds
 

@@ -10,9 +10,14 @@ from dispatch.docker.runner import DockerRunner, DockerSettings
 
 
 def docker_settings(settings: Settings) -> DockerSettings:
-    return replace(DockerSettings.from_env(), default_image=settings.image)
+    """The docker-only variables, with the image and default job size the daemon parsed."""
+    return replace(
+        DockerSettings.from_env(),
+        default_image=settings.image,
+        default_memory=str(settings.job_memory),  # bytes: parse_memory reads a plain count
+        default_cpus=settings.job_cpus,
+    )
 
 
 def docker_runner(settings: Settings) -> DockerRunner:
-    ds = docker_settings(settings)
-    return DockerRunner(ds, DockerClient(ds.docker_host))
+    return DockerRunner(docker_settings(settings), DockerClient())

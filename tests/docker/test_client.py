@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_unsupported_scheme_is_a_config_error() -> None:
         DockerClient("ssh://somewhere")
 
 
-async def test_unreachable_socket_is_unavailable(tmp_path) -> None:
+async def test_unreachable_socket_is_unavailable(tmp_path: Path) -> None:
     async with DockerClient(f"unix://{tmp_path}/none.sock", timeout_s=2) as client:
         with pytest.raises(DockerUnavailable):
             await client.connect()
