@@ -473,14 +473,11 @@ def wait_for_port(port: int) -> None:
     sys.exit("redis-server did not start")
 
 
-def redis_version(url: str) -> str:
-    async def ask() -> str:
-        client = Redis.from_url(url)
-        info = await client.info("server")
-        await client.aclose()
-        return str(info.get("valkey_version") or info["redis_version"])
-
-    return anyio.run(ask)
+async def redis_version(url: str) -> str:
+    client = Redis.from_url(url)
+    info = await client.info("server")
+    await client.aclose()
+    return str(info.get("valkey_version") or info["redis_version"])
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -516,7 +513,7 @@ def report(args: argparse.Namespace, url: str) -> Row:
     out: Row = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "python": platform.python_version(),
-        "redis": redis_version(url),
+        "redis": anyio.run(redis_version, url),
         "workload": {k: v for k, v in vars(args).items() if k != "json"},
         "results": {},
     }

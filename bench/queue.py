@@ -43,7 +43,7 @@ from typing import Any
 import uvloop
 from redis.asyncio import Redis
 
-from bench.leases import percentile, redis_server
+from bench.leases import percentile, redis_server, redis_version
 from dispatch import keys
 from dispatch.clock import SystemClock
 from dispatch.config import Settings
@@ -408,13 +408,6 @@ async def measure(args: argparse.Namespace, url: str, tmp: Path) -> Row:
 
 
 # -- the command ----------------------------------------------------------------------------
-
-
-async def redis_version(url: str) -> str:
-    redis = Redis.from_url(url)
-    info = await redis.info("server")
-    await redis.aclose()
-    return str(info["redis_version"])
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -62,8 +62,8 @@ def start(state_dir: Path, timeout_s: float = 10.0) -> subprocess.Popen[bytes] |
         "--save",
         "",
     ]
-    log = open(data / "redis.log", "ab")  # noqa: SIM115 (the server keeps it open)
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(data / "redis.log", "ab") as log:  # the server gets its own copy of the fd
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if answering(sock):

@@ -11,9 +11,9 @@ import contextlib
 import ctypes
 import os
 import signal
-import time
 from typing import IO
 
+from dispatch.clock import Clock, SystemClock
 from dispatch.runner import TRUNCATION_MARK, RunContext, RunResult
 
 _PR_SET_PDEATHSIG = 1
@@ -24,13 +24,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class ProcessRunner:
-    def __init__(self, base_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, base_env: dict[str, str] | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.base_env = base_env if base_env is not None else {"PATH": os.environ.get("PATH", "")}
+        self.clock: Clock = clock or SystemClock()
 
     async def run(self, ctx: RunContext) -> RunResult:
         job = ctx.job
@@ -50,7 +49,7 @@ class ProcessRunner:
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal="command-not-found", error=type(exc).__name__)
-        started = _now_ms()
+        started = self.clock.now_ms()
         with open(ctx.output_path, "wb") as out:  # noqa: ASYNC230 (local appends, never blocks long)
             copier = asyncio.create_task(_copy(proc, out, ctx.output_cap))
             kill = await _wait_or_abort(proc, ctx)
@@ -60,7 +59,7 @@ class ProcessRunner:
             exit_code=proc.returncode,
             kill=kill or _signal_name(proc.returncode),
             started_ms=started,
-            ended_ms=_now_ms(),
+            ended_ms=self.clock.now_ms(),
             output=str(ctx.output_path),
             truncated=truncated,
         )
