@@ -7,8 +7,8 @@ import os
 import signal
 import sys
 import textwrap
-import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -20,6 +20,7 @@ from dispatch.docker import (
     DockerClient,
     reap,
 )
+from tests.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -90,12 +91,13 @@ async def test_container_of_a_killed_daemon_is_reaped(docker, image, host_label,
     daemon = await asyncio.create_subprocess_exec(
         sys.executable, "-c", code, *args, env=env, stderr=asyncio.subprocess.DEVNULL
     )
+
+    async def started() -> list[dict[str, Any]]:
+        found = await docker.list_containers({LABEL_HOST: host_label})
+        return [c for c in found if c["State"] == "running"]
+
     try:
-        deadline = time.monotonic() + 15
-        while not await docker.list_containers({LABEL_HOST: host_label}):
-            assert time.monotonic() < deadline, "the daemon never created its container"
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # let it reach start
+        await eventually(started, timeout=15, every=0.05)  # created, waited on and started
     finally:
         daemon.send_signal(signal.SIGKILL)
         await daemon.wait()
