@@ -1,7 +1,7 @@
 .PHONY: install lint typecheck test bench
 
 install:
-	python3 -m venv .venv
+	bash -c '. scripts/lib.sh && make_venv'
 	.venv/bin/pip install -q -e '.[test]'
 
 lint:

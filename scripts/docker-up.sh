@@ -2,7 +2,7 @@
 # Bring up what the docker tests need, idempotently; run as root.
 #
 #   1. Debian's docker.io and busybox-static, installed with apt-get when missing
-#      (apt-get update only when an install is needed).
+#      (apt-get update only when an install is needed, and once per test.sh run).
 #   2. dockerd started in the background when no engine answers on the socket;
 #      waits for it up to DOCKER_UP_TIMEOUT_S (default 60).
 #   3. The local test image dispatch-test:latest, built with `docker import` from a
@@ -13,6 +13,7 @@
 #      DISPATCH_TEST_IMAGE (default dispatch-test:latest), DOCKER_UP_REBUILD=1 to
 #      rebuild the image even when present.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 SOCK=/var/run/docker.sock
 VAR_DIR=${DOCKER_UP_VAR:-/var/lib/dispatch-docker-up}
@@ -37,9 +38,7 @@ install_packages() {
     dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
     [ ${#missing[@]} -eq 0 ] && return 0
     say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
 }
 
 engine_answers() {

@@ -5,17 +5,11 @@
 # AOF persistence in the state dir and stops it on exit. Arguments go to `dispatch up`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
-if ! command -v redis-server >/dev/null; then
-    if [ "$(id -u)" != 0 ]; then
-        echo "up.sh: redis-server is missing; install it (apt-get install redis-server)" >&2
-        exit 1
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-fi
+command -v redis-server >/dev/null || apt_install redis-server
 if [ ! -x .venv/bin/dispatch ]; then
-    python3 -m venv .venv
+    [ -x .venv/bin/pip ] || make_venv
     .venv/bin/pip install -q -e .
 fi
 if [ "${DISPATCH_RUNNER:-docker}" = docker ] && [ "$(id -u)" = 0 ]; then
