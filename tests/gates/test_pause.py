@@ -55,12 +55,14 @@ async def test_a_night_window_over_a_whole_day_in_quarter_hours() -> None:
     start = ams(2024, 1, 15)
     clock = FakeClock(start)
     gate = PauseGate(clock)
+    admitted = 0
     for _ in range(97):
         now = clock.now_ms()
         local = datetime.fromtimestamp(now / 1000, AMS)
         decision = await gate.check(pickup(FORGE, NIGHT))
         if 6 <= local.hour < 22:
             assert decision == Admit(), local
+            admitted += 1
         else:
             day = local.date() + timedelta(days=1 if local.hour >= 22 else 0)
             end = ms(datetime.combine(day, datetime.min.time(), AMS).replace(hour=6))
@@ -68,7 +70,7 @@ async def test_a_night_window_over_a_whole_day_in_quarter_hours() -> None:
             assert (decision.reason, decision.delay_ms) == ("pause-window", end - now)
             assert "22:00-06:00 Europe/Amsterdam for everything" in decision.detail
         clock.advance(15 * 60)
-    assert clock.now_ms() - start == 97 * 15 * 60_000
+    assert admitted == 16 * 4  # 06:00-22:00; the other 33 quarter-hours (00:00 to 24:00) wait
 
 
 def test_days_name_the_day_a_window_starts_on() -> None:
