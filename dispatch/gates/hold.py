@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import anyio
 from redis.exceptions import RedisError
 
 from dispatch.errors import ScriptError
@@ -85,7 +86,8 @@ def _abort_on_loss(pickup: Pickup) -> Callable[[Lease], None]:
 async def _fleet_hosts(leases: FleetLeases, name: str) -> list[str]:
     """Hosts holding the lease, for the defer's detail; empty if Redis cannot say."""
     try:
-        held = await holders(leases.redis, lease_keys(name, leases.settings.prefix))
-    except (RedisError, OSError, ScriptError):
+        with anyio.fail_after(leases.settings.timeout_s):  # the bound every lease call has
+            held = await holders(leases.redis, lease_keys(name, leases.settings.prefix))
+    except (RedisError, OSError, ScriptError, TimeoutError):
         return []
     return sorted(holder_host(h) for h in held)
