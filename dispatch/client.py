@@ -62,7 +62,6 @@ class JobView:
     token: str | None = None
     defer: DeferRecord | None = None
     result: Result | None = None
-    data: bytes = b""
 
     @property
     def reason(self) -> str:
@@ -154,7 +153,8 @@ class Client:
                 k = by_queue[queue]
                 for key in (k.delayed, k.active, k.done):
                     p.zscore(key, job_id)
-                for key in (k.defer, k.result, k.data, k.lock, k.attempts, k.stalls, k.queued):
+                p.hexists(k.data, job_id)  # whether it is known; the document is not needed
+                for key in (k.defer, k.result, k.lock, k.attempts, k.stalls, k.queued):
                     p.hget(key, job_id)
             replies = await p.execute()
         fields = _chunks(replies, _VIEW_FIELDS)
@@ -267,8 +267,8 @@ _VIEW_FIELDS = 10  # what `_views` asks per job, in the order `_view` unpacks it
 
 
 def _view(queue: str, job_id: str, fields: list[Any]) -> JobView | None:
-    delayed, active, done, defer, result, data, lock, attempts, stalls, queued = fields
-    if data is None and done is None:
+    delayed, active, done, known, defer, result, lock, attempts, stalls, queued = fields
+    if not known and done is None:
         return None
     view = JobView(
         job_id,
@@ -277,7 +277,6 @@ def _view(queue: str, job_id: str, fields: list[Any]) -> JobView | None:
         int(attempts or 0) + 1,
         int(stalls or 0),
         iso(int(queued)) if queued else None,
-        data=data or b"",
     )
     view.defer = _defer.decode(defer) if defer else None
     if done is not None:
