@@ -1,20 +1,30 @@
-.PHONY: install lint typecheck test bench
+.PHONY: help install format lint typecheck test-fast test bench
 
-install:
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
+
+install:  ## a venv with the project and its test tools
 	bash -c '. scripts/lib.sh && make_venv'
 	.venv/bin/pip install -q -e '.[test]'
 
-lint:
+format:  ## rewrite the code in the house format
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+lint:  ## ruff, as CI runs it
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
-typecheck:
+typecheck:  ## mypy, strict on the package
 	.venv/bin/mypy
 
-test:
+test-fast:  ## the tests that need only Redis: no engine, no daemon processes
+	.venv/bin/pytest -q -m 'not docker and not e2e and not slow'
+
+test:  ## everything, as CI runs it (installs what is missing)
 	./scripts/test.sh
 
-bench:
+bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.queue --json
 	.venv/bin/python -m bench.leases --json
 	.venv/bin/python -m bench.container --json

@@ -27,10 +27,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from dispatch.docker import DockerClient, DockerRunner, DockerSettings
 from dispatch.log import log
 from dispatch.model import Job
-from dispatch.runner import RunContext
+from dispatch.runners.base import RunContext
+from dispatch.runners.docker import DockerClient, DockerRunner, DockerSettings
 
 Way = Callable[[], Awaitable[None]]
 

@@ -62,8 +62,8 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from dispatch.keys import lease_keys
-from dispatch.scripts import Arg, script
+from dispatch.queue.keys import lease_keys
+from dispatch.queue.scripts import Arg, script
 
 Row = dict[str, Any]
 

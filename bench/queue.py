@@ -44,18 +44,18 @@ import uvloop
 from redis.asyncio import Redis
 
 from bench.leases import percentile, redis_server, redis_version
-from dispatch import keys
 from dispatch.clock import SystemClock
-from dispatch.config import Settings
-from dispatch.daemon import gated_processor
+from dispatch.config.settings import Settings
+from dispatch.config.watcher import ConfigFiles
+from dispatch.daemon.assembly import gated_processor
+from dispatch.daemon.processor import Processor, ProcessorSettings
+from dispatch.daemon.worker import Worker
 from dispatch.log import log
 from dispatch.model import Job, encode_job, new_id
-from dispatch.processor import Processor, ProcessorSettings
-from dispatch.queue import NewJob, Queue
-from dispatch.redis_client import redis_client
-from dispatch.runner import RunContext, RunResult
-from dispatch.watch import ConfigFiles
-from dispatch.worker import Worker
+from dispatch.queue import keys
+from dispatch.queue.connect import redis_client
+from dispatch.queue.transitions import NewJob, Queue
+from dispatch.runners.base import RunContext, RunResult
 
 Row = dict[str, Any]
 LATE_JOBS = 1_000

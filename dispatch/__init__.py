@@ -15,7 +15,7 @@ from dispatch.errors import (
     RedisUnavailable,
 )
 from dispatch.model import Job, RunRecord, Size, WaitFor, new_id
-from dispatch.queue import Enqueued
+from dispatch.queue.transitions import Enqueued
 
 __all__ = [
     "CancelAnswer",

@@ -7,7 +7,7 @@ from typing import Any
 
 from dispatch.client import CancelAnswer, Client, JobView
 from dispatch.model import Job
-from dispatch.queue import Enqueued
+from dispatch.queue.transitions import Enqueued
 
 
 async def submit(job: Job, **options: Any) -> Enqueued:

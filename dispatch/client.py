@@ -21,9 +21,8 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 
-from dispatch import keys
 from dispatch.clock import SystemClock
-from dispatch.config import Settings, default_host, from_env
+from dispatch.config.settings import Settings, default_host, from_env
 from dispatch.errors import Conflict, InvalidJob, NotFound
 from dispatch.model import (
     DeferRecord,
@@ -36,9 +35,10 @@ from dispatch.model import (
     iso,
     one_line,
 )
-from dispatch.queue import Enqueued, NewJob, Queue
-from dispatch.records import decode as decode_record
-from dispatch.redis_client import redis_client
+from dispatch.queue import keys
+from dispatch.queue.connect import redis_client
+from dispatch.queue.transitions import Enqueued, NewJob, Queue
+from dispatch.records.disk_log import decode as decode_record
 
 HOUR_MS = 3_600_000
 # Every read ends at the socket timeout (a silent server is an error, not a hang), so a long

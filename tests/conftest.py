@@ -4,60 +4,21 @@ DISPATCH_TEST_REDIS_URL names one) and an anyio backend on uvloop."""
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.redis_server import start_redis_server
+
+pytest_plugins = ["tests.support.docker"]
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> tuple[str, dict[str, bool]]:
     return ("asyncio", {"use_uvloop": True})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed; run the README's test command")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.02)
-    proc.kill()
-    pytest.fail("redis-server did not start within 10 s")
 
 
 @pytest.fixture(scope="session")
@@ -88,3 +49,13 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Markers from where a test lives and what it needs, so none can be forgotten: `docker`
+    for a test that asks for the engine, `e2e` for the multi-process and CLI tests."""
+    for item in items:
+        if "docker_host" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)
+        if "e2e" in item.path.parts:
+            item.add_marker(pytest.mark.e2e)

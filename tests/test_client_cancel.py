@@ -6,14 +6,15 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from dispatch import keys
 from dispatch.client import Client
 from dispatch.model import Job, encode_job
-from dispatch.queue import NewJob, Queue
+from dispatch.queue import keys
+from dispatch.queue.transitions import NewJob, Queue
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow
 async def test_a_late_acknowledgement_is_still_taken(redis, prefix) -> None:
     queue = Queue(redis, "jobs", prefix)
     await queue.enqueue([NewJob("j1", encode_job(Job(id="j1", command=["true"])))])

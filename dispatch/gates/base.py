@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from dispatch.configfiles import ConfigSnapshot, Project
+from dispatch.config.schemas import ConfigSnapshot, Project
 from dispatch.log import event
 from dispatch.model import Job, RunRecord
-from dispatch.queue import Claim
-from dispatch.runner import AbortSignal
+from dispatch.queue.transitions import Claim
+from dispatch.runners.base import AbortSignal
 
 # Re-check delays, distinct per reason so a waiting job's reason can be told from its due time.
 SCOPE_DELAY_MS = 5_000

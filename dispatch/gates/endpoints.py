@@ -15,11 +15,11 @@ import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from dispatch.configfiles import Endpoint
+from dispatch.config.schemas import Endpoint
+from dispatch.fleet.leases import FleetLeases
+from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, ENDPOINT_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.hold import Bound, lease_name, take
-from dispatch.lease import FleetLeases
-from dispatch.slots import Slots
 
 
 class EndpointGate:

@@ -16,10 +16,10 @@ import anyio
 from redis.exceptions import RedisError
 
 from dispatch.errors import ScriptError
+from dispatch.fleet.leases import FleetLeases, Lease, holder_host, holders
+from dispatch.fleet.slots import Slots, Ticket
 from dispatch.gates.base import Pickup
-from dispatch.keys import lease_keys
-from dispatch.lease import FleetLeases, Lease, holder_host, holders
-from dispatch.slots import Slots, Ticket
+from dispatch.queue.keys import lease_keys
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,11 +6,11 @@ memory and CPUs instead, so a fixed count would only second-guess it.
 
 from __future__ import annotations
 
-from dispatch.config import Settings
+from dispatch.config.settings import Settings
+from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, HOST_SLOT_DELAY_MS, Decision, Defer, Pickup
-from dispatch.gates.budget import HostBudget
 from dispatch.gates.hold import slot_release
-from dispatch.slots import Slots
+from dispatch.gates.host_budget import HostBudget
 
 HOST_SLOT_KEY = "host"
 

@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dispatch.clock import Clock
-from dispatch.configfiles import PauseWindow
+from dispatch.config.schemas import PauseWindow
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup
 from dispatch.gates.project import within
 from dispatch.model import Job

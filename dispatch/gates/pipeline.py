@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dispatch.clock import Clock
-from dispatch.config import Settings
-from dispatch.fleet import LiveHosts
+from dispatch.config.settings import Settings
+from dispatch.fleet.hosts import LiveHosts
+from dispatch.fleet.leases import FleetLeases
+from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Gate
-from dispatch.gates.budget import HostBudget, HostBudgetGate
 from dispatch.gates.dirty import DirtyTreeGate
 from dispatch.gates.endpoints import EndpointGate
 from dispatch.gates.head import HeadGate
+from dispatch.gates.host_budget import HostBudget, HostBudgetGate
 from dispatch.gates.host_slot import HostSlotGate
 from dispatch.gates.overlay import OverlayGate
 from dispatch.gates.pause import PauseGate
@@ -24,9 +26,7 @@ from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
-from dispatch.lease import FleetLeases
-from dispatch.runs import RunMirror
-from dispatch.slots import Slots
+from dispatch.records.mirror import RunMirror
 
 
 @dataclass(frozen=True)

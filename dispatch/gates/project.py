@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 
-from dispatch.configfiles import Project
+from dispatch.config.schemas import Project
 from dispatch.gates.base import ADMIT, Decision, Pickup
 from dispatch.model import Job
 

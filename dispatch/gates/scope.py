@@ -20,11 +20,11 @@ import os
 
 import anyio
 
-from dispatch.configfiles import ScopedLimit
+from dispatch.config.schemas import ScopedLimit
+from dispatch.fleet.leases import FleetLeases
+from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.hold import Bound, Busy, lease_name, take
-from dispatch.lease import FleetLeases
-from dispatch.slots import Slots
 
 
 class ScopeGate:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dispatch.gates.base import ADMIT, Decision, Pickup, Settled
 from dispatch.log import event
-from dispatch.runs import RunMirror
+from dispatch.records.mirror import RunMirror
 
 
 class SettledGate:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from dispatch.config import Settings, parse_memory
-from dispatch.configfiles import Overlay, Project
+from dispatch.config.schemas import Overlay, Project
+from dispatch.config.settings import Settings, parse_memory
 from dispatch.gates.base import (
     ADMIT,
     NEVER_FITS_DELAY_MS,
@@ -30,7 +30,7 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
 )
-from dispatch.gates.budget import Exceeded, HostBudget, describe
+from dispatch.gates.host_budget import Exceeded, HostBudget, describe
 from dispatch.model import Job
 
 _T = TypeVar("_T")

@@ -10,7 +10,7 @@ import pytest
 from dispatch.gates.base import Admit, Pickup, Refuse
 from dispatch.gates.dirty import DirtyTreeGate
 from dispatch.model import Job
-from tests.gates.pickups import pickup_of
+from tests.support.pickups import pickup_of
 
 pytestmark = pytest.mark.anyio
 NO_GIT = "/nonexistent/git"  # a gate that must not spawn git is given this one

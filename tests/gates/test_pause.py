@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch.clock import FakeClock
-from dispatch.configfiles import ConfigSnapshot, PauseWindow, Project
+from dispatch.config.schemas import ConfigSnapshot, PauseWindow, Project
 from dispatch.gates.base import Admit, Defer, Pickup
 from dispatch.gates.pause import (
     CHAIN_HORIZON_MS,
@@ -20,7 +20,7 @@ from dispatch.gates.pause import (
     window_problems,
 )
 from dispatch.model import Job
-from tests.gates.pickups import pickup_of
+from tests.support.pickups import pickup_of
 
 AMS = ZoneInfo("Europe/Amsterdam")
 FORGE = Job(id="j1", kind="forge", repo="acme/web", number=7)

@@ -4,11 +4,11 @@ from typing import Any
 
 import pytest
 
-from dispatch.configfiles import ConfigSnapshot, Project
+from dispatch.config.schemas import ConfigSnapshot, Project
 from dispatch.gates.base import Admit
 from dispatch.gates.project import ProjectGate, resolve_project, within
 from dispatch.model import Job
-from tests.gates.pickups import pickup_of
+from tests.support.pickups import pickup_of
 
 WEB = Project(id="web", repos=["Acme/Web"], folders=["/srv/web/"])
 SITE = Project(id="site", folders=["/srv", "/srv/site"])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatch import keys as keyspace
-from dispatch.scripts import LUA_DIR, Script
+from dispatch.queue import keys as keyspace
+from dispatch.queue.scripts import LUA_DIR, Script
 
 SCRIPTS = sorted(LUA_DIR.glob("*.lua"))
 # commands whose first argument is not a key

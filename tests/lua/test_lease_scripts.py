@@ -13,9 +13,9 @@ import redis as sync_redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatch.keys import lease_keys
-from dispatch.scripts import LUA_DIR, Code, script
-from tests.helpers import eventually
+from dispatch.queue.keys import lease_keys
+from dispatch.queue.scripts import LUA_DIR, Code, script
+from tests.support.polling import eventually
 
 BAD = Code.BAD_INPUT
 pytestmark = pytest.mark.anyio

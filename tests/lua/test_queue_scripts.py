@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from dispatch.keys import queue_keys
-from dispatch.scripts import Code, script
-from tests.helpers import eventually
+from dispatch.queue.keys import queue_keys
+from dispatch.queue.scripts import Code, script
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.anyio
 

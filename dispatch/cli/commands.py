@@ -1,0 +1,304 @@
+"""The operator's command line. Exit codes: 0 ok, 1 failure, 2 bad usage or invalid input,
+always with a one-line reason on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+import msgspec
+from redis.exceptions import RedisError
+
+from dispatch.cli import views as view
+from dispatch.client import Client
+from dispatch.config.settings import Settings, from_env, parse_duration_ms
+from dispatch.errors import ConfigError, DispatchError, InvalidJob, NotFound
+from dispatch.model import Job, Size, decode_job, new_id
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+class UsageError(DispatchError):
+    pass
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = from_env()
+        code = args.func(args, settings)
+    except (InvalidJob, ConfigError, UsageError) as exc:
+        code = _fail(str(exc), 2)
+    except (RedisError, OSError) as exc:
+        code = _fail(f"redis: {exc}", 1)
+    except DispatchError as exc:
+        code = _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        code = 1
+    sys.exit(code)
+
+
+def _fail(reason: str, code: int) -> int:
+    print(f"dispatch: {reason.splitlines()[0] if reason else 'failed'}", file=sys.stderr)
+    return code
+
+
+def _with_client(fn: Callable[[Client], Awaitable[int]], settings: Settings) -> int:
+    async def go() -> int:
+        async with Client.from_settings(settings) as client:
+            return await fn(client)
+
+    return asyncio.run(go())
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.daemon import assembly as daemon
+    from dispatch.queue import embedded
+
+    server = embedded.start(settings.state_dir) if settings.embedded else None
+    try:
+        daemon.run(settings)
+    finally:
+        if server is not None:
+            embedded.stop(server)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.daemon import assembly as daemon
+
+    daemon.run(settings)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    job = _job_from_args(args, settings)
+    due_ms, delay_ms = _parse_after(args.after)
+    window = parse_duration_ms(args.dedup_window)
+
+    async def go(client: Client) -> int:
+        done = await client.submit(job, due_ms=due_ms, delay_ms=delay_ms, dedup_window_ms=window)
+        print(done.id)
+        return 0
+
+    return _with_client(go, settings)
+
+
+def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(client: Client) -> int:
+        views = await client.list(args.state, args.limit)
+        print(view.jobs_json(views) if args.json else view.jobs_table(views))
+        return 0
+
+    return _with_client(go, settings)
+
+
+def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(client: Client) -> int:
+        found = await client.get(args.id)
+        if found is None:
+            raise NotFound(f"no job {args.id}")
+        print(view.why_json(found) if args.json else view.why_text(found))
+        return 0
+
+    return _with_client(go, settings)
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(client: Client) -> int:
+        answer = await client.cancel(args.id, args.wait)
+        line, code = view.cancel_line(args.id, answer)
+        print(line, file=sys.stdout if code == 0 else sys.stderr)
+        return code
+
+    return _with_client(go, settings)
+
+
+def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(client: Client) -> int:
+        names = await (client.pause() if args.cmd == "pause" else client.resume())
+        print(f"{args.cmd}d: {', '.join(names)}")
+        return 0
+
+    return _with_client(go, settings)
+
+
+def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    async def go(client: Client) -> int:
+        records = await client.runs(args.limit)
+        print(view.runs_json(records) if args.json else view.runs_table(records))
+        return 0
+
+    return _with_client(go, settings)
+
+
+def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.config.schemas import FILES
+    from dispatch.config.watcher import scaffold
+
+    try:
+        written = scaffold(settings.config_dir)
+    except OSError as exc:
+        return _fail(f"cannot write {settings.config_dir}: {exc.strerror or exc}", 1)
+    for name in FILES:
+        path = settings.config_dir / name
+        print(f"{'wrote' if path in written else 'kept'} {path}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli.doctor import report
+
+    return report(settings)
+
+
+# -- job from flags ------------------------------------------------------------------------
+
+
+def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
+    if args.json:
+        raw = sys.stdin.buffer.read() if args.json == "-" else _read_file(args.json)
+        return decode_job(raw)
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    fields: dict[str, Any] = {
+        "id": args.id or new_id(),
+        "command": command,
+        "env": _env_pairs(args.env),
+        "attempts": args.attempts,
+        "force": args.force,
+    }
+    if args.folder:  # a folder lives on this machine: its jobs go to this host's own queue
+        fields.update(
+            kind="local", folder=os.path.abspath(args.folder), queue=f"jobs@{settings.host}"
+        )
+    elif args.repo:
+        fields.update(kind="forge", repo=args.repo, number=args.number)
+    if args.queue:
+        fields["queue"] = args.queue
+    optional = {
+        "image": args.image,
+        "dedup": args.dedup,
+        "project": args.project,
+        "model": args.model,
+        "parentJobId": args.parent,
+    }
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    if args.timeout:
+        fields["timeoutMs"] = parse_duration_ms(args.timeout)  # documents use camelCase
+    if args.memory or args.cpus:
+        fields["size"] = Size(memory=args.memory, cpus=args.cpus)
+    try:
+        return msgspec.convert(fields, Job)
+    except msgspec.ValidationError as exc:
+        raise InvalidJob(str(exc)) from None
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--env {pair!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def _parse_after(text: str | None) -> tuple[int, int]:
+    """(due_ms, delay_ms): an ISO instant is absolute, '+10m' is relative to the server's now."""
+    if not text:
+        return 0, 0
+    if text.startswith("+"):
+        return 0, parse_duration_ms(text[1:])
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--after {text!r}: expected an ISO-8601 instant or +DURATION") from None
+    if instant.tzinfo is None:
+        raise UsageError(f"--after {text!r}: give a timezone (Z or +01:00)")
+    return int(instant.timestamp() * 1000), 0
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dispatch", description="Run container jobs on a fleet.")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    add = _adder(sub)
+    add("up", cmd_up, "start the daemon (and its own redis-server when no URL is set)")
+    add("worker", cmd_worker, "start the daemon against DISPATCH_REDIS_URL")
+    _submit_parser(add("submit", cmd_submit, "enqueue a job; prints its id"))
+    jobs = add("jobs", cmd_jobs, "list jobs by state")
+    jobs.add_argument(
+        "--state", choices=["waiting", "delayed", "active", "completed", "failed", "cancelled"]
+    )
+    jobs.add_argument("--limit", type=int, default=200)
+    jobs.add_argument("--json", action="store_true")
+    why = add("why", cmd_why, "tell a job's story")
+    why.add_argument("id")
+    why.add_argument("--json", action="store_true")
+    cancel = add("cancel", cmd_cancel, "stop one job, whatever its state")
+    cancel.add_argument("id")
+    cancel.add_argument(
+        "--wait", type=float, default=10.0, help="seconds to wait for the owning host"
+    )
+    add("pause", cmd_pause, "stop starting jobs fleet-wide (durable); jobs still enqueue")
+    add("resume", cmd_pause, "start jobs again")
+    runs = add("runs", cmd_runs, "recent run records across the fleet")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--json", action="store_true")
+    add("init", cmd_init, "write the config dir's missing files, empty and valid")
+    add("doctor", cmd_doctor, "check Redis, scripts, Docker, images and config")
+    return parser
+
+
+def _adder(sub: Any) -> Callable[[str, Command, str], argparse.ArgumentParser]:
+    def add(name: str, func: Command, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(func=func)
+        return p
+
+    return add
+
+
+def _submit_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--queue")
+    p.add_argument("--id")
+    p.add_argument("--dedup", help="a duplicate within the window returns the first job's id")
+    p.add_argument("--dedup-window", default="1h")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--folder", help="a local folder the job works in")
+    target.add_argument("--repo", help="OWNER/NAME on the forge")
+    p.add_argument("--number", type=int, help="issue or pull request number")
+    p.add_argument("--image")
+    p.add_argument("--after", help="ISO-8601 instant or +DURATION")
+    p.add_argument("--attempts", type=int, default=3)
+    p.add_argument("--timeout", help="DURATION, default 30m")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--project")
+    p.add_argument("--model")
+    p.add_argument("--parent", help="the job that chained this one (waits for its folder)")
+    p.add_argument("--memory")
+    p.add_argument("--cpus", type=float)
+    p.add_argument("--force", action="store_true", help="run on a folder with uncommitted changes")
+    p.add_argument("--json", metavar="FILE", help="a job document (JSON), or - for stdin")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

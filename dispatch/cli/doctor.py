@@ -1,0 +1,166 @@
+"""`dispatch doctor`: is this host fit to run the daemon? One line per check.
+
+    redis            reachable (the URL's host and port only: never its password)
+    redis-version    Redis >= 7.0 or Valkey >= 7.2 (the scripts need `#!lua` and its flags)
+    maxmemory-policy anything but `noeviction` is a warning: the server could evict queue keys
+    scripts          every Lua script loads
+    docker           the engine answers; its version and the API version we negotiated
+    image            the default job image is present (jobs never pull)
+    config           every watched config file is valid and of this release's version
+                     (missing files are fine); one line per broken or newer file
+
+A check that cannot run because an earlier one failed is left out rather than reported as
+failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
+The engine is found the usual way (`DOCKER_HOST`, else the standard socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from dispatch.config.schemas import FILES
+from dispatch.config.settings import Settings
+from dispatch.queue.scripts import all_scripts, load_all
+from dispatch.runners.docker import DockerClient, DockerError, ImageMissing
+
+_MIN_REDIS = (7, 0)
+_MIN_VALKEY = (7, 2)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    warn: bool = False
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(not c.ok for c in checks)
+
+
+def render(check: Check) -> str:
+    mark = "FAIL" if not check.ok else ("warn" if check.warn else "ok")
+    return f"{mark:<4}  {check.name:<16}  {check.detail}"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
+
+
+def _where(redis: Redis) -> str:
+    kwargs = redis.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return "unix socket"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def version_check(info: dict[str, Any]) -> Check:
+    if "valkey_version" in info:
+        name, text, floor = "valkey", str(info["valkey_version"]), _MIN_VALKEY
+    else:
+        name, text, floor = "redis", str(info.get("redis_version", "0")), _MIN_REDIS
+    ok = _version(text) >= floor
+    need = "" if ok else f" (need >= {floor[0]}.{floor[1]})"
+    return Check("redis-version", ok, f"{name} {text}{need}")
+
+
+def policy_check(policy: str | None) -> Check:
+    if policy is None:
+        return Check("maxmemory-policy", True, "unreadable (CONFIG disabled?): check it", warn=True)
+    if policy == "noeviction":
+        return Check("maxmemory-policy", True, "noeviction")
+    return Check("maxmemory-policy", True, f"{policy}: queue keys may be evicted", warn=True)
+
+
+async def _policy(redis: Redis) -> str | None:
+    try:
+        answer: dict[Any, Any] = await redis.config_get("maxmemory-policy")
+    except RedisError:
+        return None
+    value = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
+    return value.decode() if isinstance(value, bytes) else str(value) if value else None
+
+
+async def redis_checks(redis_url: str) -> list[Check]:
+    redis = Redis.from_url(redis_url, socket_connect_timeout=3, socket_timeout=5)
+    try:
+        try:
+            await redis.ping()
+            info = await redis.info("server")
+        except (RedisError, OSError) as exc:
+            return [Check("redis", False, f"{_where(redis)} unreachable: {type(exc).__name__}")]
+        checks = [Check("redis", True, f"reachable at {_where(redis)}"), version_check(info)]
+        checks.append(policy_check(await _policy(redis)))
+        checks.append(await _scripts_check(redis))
+        return checks
+    finally:
+        await redis.aclose()
+
+
+async def _scripts_check(redis: Redis) -> Check:
+    try:
+        await load_all(redis)
+    except (RedisError, OSError) as exc:
+        return Check("scripts", False, f"load failed: {exc}")
+    return Check("scripts", True, f"{len(all_scripts())} loaded")
+
+
+async def docker_checks(docker_host: str | None, image: str | None) -> list[Check]:
+    async with DockerClient(docker_host, timeout_s=5) as client:
+        try:
+            api = await client.connect()
+            engine = (await client.version()).get("Version", "?")
+        except DockerError as exc:
+            return [Check("docker", False, f"{client.host} unreachable: {exc}")]
+        checks = [Check("docker", True, f"engine {engine}, API {api} at {client.host}")]
+        checks.append(await _image_check(client, image))
+        return checks
+
+
+async def _image_check(client: DockerClient, image: str | None) -> Check:
+    if not image:
+        return Check("image", True, "no default image configured", warn=True)
+    try:
+        await client.image_inspect(image)
+    except ImageMissing:
+        return Check("image", False, f"{image} is not on this host (jobs never pull)")
+    except DockerError as exc:
+        return Check("image", False, f"{image}: {exc}")
+    return Check("image", True, f"{image} present")
+
+
+def config_checks(config_dir: Path) -> list[Check]:
+    from dispatch.config.watcher import load_once
+
+    snapshot = load_once(config_dir)
+    checks = [Check("config", False, f"{name}: {why}") for name, why in snapshot.errors.items()]
+    checks += [
+        Check("config", False, f"{name}: written by a newer release; upgrade this host")
+        for name in snapshot.newer
+    ]
+    if checks:
+        return checks
+    missing = sum(not (config_dir / name).exists() for name in FILES)
+    return [Check("config", True, f"{len(FILES)} files, {missing} missing")]
+
+
+async def run_checks(redis_url: str, docker_host: str | None, image: str | None) -> list[Check]:
+    """Every check, Redis first, then Docker."""
+    return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
+
+
+def report(settings: Settings, out: TextIO | None = None) -> int:
+    """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
+    checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
+    checks += config_checks(settings.config_dir)
+    for check in checks:
+        print(render(check), file=out or sys.stdout)
+    return 1 if failed(checks) else 0

@@ -1,0 +1,163 @@
+"""Settings from the environment (prefix `DISPATCH_`), parsed once, each with a default.
+
+An unset `DISPATCH_REDIS_URL` means the embedded default: a redis-server that `dispatch up`
+starts with AOF persistence in the state dir, reached through a unix socket there, so every
+command on this machine finds it without further configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dispatch.errors import ConfigError
+from dispatch.queue.keys import DEFAULT_PREFIX
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def parse_duration_ms(text: str) -> int:
+    """'90s', '10m', '2h', '1d', '250ms'; a bare number is seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"{text!r} is not a duration (try 30s, 10m, 2h, 1d)")
+    return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "s"])
+
+
+def default_host() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:63].strip("-.")
+    return name or "localhost"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / fallback)
+
+
+def default_state_dir() -> Path:
+    return _xdg("XDG_STATE_HOME", ".local/state") / "dispatch"
+
+
+def default_config_dir() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "dispatch"
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str
+    embedded: bool  # True when no Redis URL was given: `dispatch up` runs its own
+    prefix: str = DEFAULT_PREFIX
+    host: str = field(default_factory=default_host)
+    concurrency: int = 3
+    state_dir: Path = field(default_factory=default_state_dir)
+    config_dir: Path = field(default_factory=default_config_dir)
+    runner: str = "docker"
+    lock_ms: int = 30_000
+    max_stalls: int = 1
+    shutdown_grace_s: float = 30.0
+    stop_grace_s: float = 10.0
+    image: str = "dispatch-test:latest"
+    job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
+    job_cpus: float = 2.0
+    host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
+    host_cpus: float | None = None
+
+    @property
+    def queues(self) -> list[str]:
+        """The shared queue and this host's own (local folders live on one machine)."""
+        return ["jobs", f"jobs@{self.host}"]
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Read the settings; raise ConfigError naming the first bad variable."""
+    env = os.environ if env is None else env
+    get = env.get
+    state_dir = Path(get("DISPATCH_STATE_DIR") or default_state_dir())
+    url = get("DISPATCH_REDIS_URL", "")
+    values: dict[str, object] = {
+        "redis_url": url or f"unix://{state_dir / 'redis.sock'}",
+        "embedded": not url,
+        "state_dir": state_dir,
+    }
+    for name, key, parse in _FIELDS:
+        raw = get(key)
+        if raw:
+            try:
+                values[name] = parse(raw)
+            except (ValueError, ConfigError) as exc:
+                raise ConfigError(f"{key}={raw!r}: {exc}") from None
+    settings = Settings(**values)  # type: ignore[arg-type]
+    _check(settings)
+    return settings
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _host(raw: str) -> str:
+    if not _HOST.match(raw):
+        raise ValueError("host names use A-Z a-z 0-9 . _ - (at most 63)")
+    return raw
+
+
+def _runner(raw: str) -> str:
+    if raw not in ("docker", "process"):
+        raise ValueError("runner is docker or process")
+    return raw
+
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes from `512m`, `4g`, `1.5g` or a plain byte count (binary units, like Docker)."""
+    m = _MEMORY.match(text)
+    if not m:
+        raise ValueError(f"memory size {text!r} is not like 512m or 4g")
+    return int(float(m.group(1)) * _UNIT_BYTES[m.group(2).lower()])
+
+
+def _cpus(raw: str) -> float:
+    value = float(raw)
+    if not 0 < value <= 1024:
+        raise ValueError("CPUs must be above 0")
+    return value
+
+
+def _seconds(raw: str) -> float:
+    return parse_duration_ms(raw) / 1000
+
+
+_FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
+    ("config_dir", "DISPATCH_CONFIG_DIR", Path),
+    ("prefix", "DISPATCH_PREFIX", str),
+    ("host", "DISPATCH_HOST", _host),
+    ("concurrency", "DISPATCH_CONCURRENCY", _positive_int),
+    ("runner", "DISPATCH_RUNNER", _runner),
+    ("lock_ms", "DISPATCH_LOCK_MS", _positive_int),
+    ("max_stalls", "DISPATCH_MAX_STALLS", int),
+    ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
+    ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
+    ("image", "DISPATCH_IMAGE", str),
+    ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
+    ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
+    ("host_memory", "DISPATCH_HOST_MEMORY", parse_memory),
+    ("host_cpus", "DISPATCH_HOST_CPUS", _cpus),
+]
+
+
+def _check(s: Settings) -> None:
+    if s.lock_ms < 3000:
+        raise ConfigError("DISPATCH_LOCK_MS must be at least 3000")
+    if s.max_stalls < 0:
+        raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")

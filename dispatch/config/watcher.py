@@ -1,0 +1,409 @@
+"""Loads the watched JSON files of the config dir, validates them, and reloads them on change.
+
+How reload works: the daemon calls `ConfigFiles.current()` once per pickup. At most once per
+`check_every_s` (by the injected clock) it stats every file and reads again only those whose
+(inode, mtime_ns, size, mode) changed since the last look, so an atomic replace (a new inode) or
+two same-size writes within one second are both noticed. Each file then ends up:
+
+    missing  as if it held `{"version": 1}`: no limits, no windows, not an error
+    good     its content replaces the last good copy
+    newer    its version is above CONFIG_VERSION: named in `snapshot.newer` (holds work),
+             the last good copy is kept
+    broken   bad JSON, wrong shape, failed validation, unreadable: the reason goes in
+             `snapshot.errors`, the last good copy (or the empty one) is kept
+
+A new `ConfigSnapshot` is built only when some file's outcome changed; otherwise `current()`
+hands back the very same object. `load_once` reads everything once (CLI, doctor) and `scaffold`
+writes the missing files empty and valid (`dispatch init`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from dispatch.clock import Clock, SystemClock
+from dispatch.config.schemas import (
+    CONFIG_VERSION,
+    FILES,
+    ConfigSnapshot,
+    EndpointsFile,
+    PauseWindowsFile,
+    ProjectsFile,
+    ScopedLimitsFile,
+    SettingsFile,
+    WaitProfilesFile,
+)
+from dispatch.config.settings import parse_memory
+from dispatch.errors import ConfigError
+from dispatch.log import event
+
+T = TypeVar("T")
+Stamp = tuple[int, ...]  # (inode, mtime_ns, size, mode); () when the file is missing
+LogEvent = Callable[..., None]
+
+_MAX_BYTES = 1 << 20  # a pickup must stay cheap; no config file is anywhere near this
+_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_MISSING: Stamp = ()
+
+
+class _Version(msgspec.Struct):
+    """Only the version: unknown fields allowed, so a newer file is recognised before decoding."""
+
+    version: int | None = None
+
+
+class _Newer(Exception):
+    def __init__(self, version: int) -> None:
+        super().__init__(f"version {version}")
+        self.version = version
+
+
+_peek = msgspec.json.Decoder(_Version)
+_decoders = {name: msgspec.json.Decoder(shape) for name, shape in FILES.items()}
+_EMPTY = {name: _decoders[name].decode(b'{"version": 1}') for name in FILES}
+
+
+# -- one file: read, decode, validate -----------------------------------------------------
+
+
+def _parse(name: str, raw: bytes) -> Any:
+    """The content of config file `name`; raises ConfigError (broken) or _Newer."""
+    try:
+        version = _peek.decode(raw).version
+    except msgspec.DecodeError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    if version is None or version < 1:
+        raise ConfigError(f'"version" must be an integer from 1 to {CONFIG_VERSION}')
+    if version > CONFIG_VERSION:
+        raise _Newer(version)
+    try:
+        content = _decoders[name].decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(_one_line(exc)) from None
+    problems = _VALIDATORS.get(name, _no_problems)(content)
+    if problems:
+        raise ConfigError(problems[0])
+    return content
+
+
+def _read(path: Path) -> bytes | None:
+    """The file's bytes, None when it is missing; ConfigError when it is not a readable file."""
+    try:
+        # O_NONBLOCK: a FIFO left in the config dir must not hang the pickup
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError("not a regular file")
+        with open(fd, "rb", closefd=False) as f:
+            raw = f.read(_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > _MAX_BYTES:
+        raise ConfigError(f"larger than {_MAX_BYTES} bytes")
+    return raw
+
+
+def _stamp(path: Path) -> Stamp | None:
+    """What tells a change; () when missing, None when stat failed (look again next time)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return _MISSING
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# -- validation beyond the types ----------------------------------------------------------
+
+
+def _no_problems(content: Any) -> list[str]:
+    return []
+
+
+def _is_scope(text: str) -> bool:
+    return _is_repo(text) or _is_folder(text)
+
+
+def _is_repo(text: str) -> bool:
+    return bool(_REPO.fullmatch(text))
+
+
+def _is_folder(text: str) -> bool:
+    return os.path.isabs(text) and "\0" not in text
+
+
+def _memory_problem(where: str, text: str | None) -> list[str]:
+    if text is None:
+        return []
+    try:
+        parse_memory(text)
+    except ValueError as exc:
+        return [f"{where}: {exc}"]
+    return []
+
+
+def _cpus_problem(where: str, cpus: float | None) -> list[str]:
+    if cpus is None or (math.isfinite(cpus) and cpus > 0):
+        return []
+    return [f"{where}: cpus must be above 0"]
+
+
+def _duplicates(where: str, ids: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for one in ids:
+        if one in seen:
+            return [f"{where}: id {one!r} appears twice"]
+        seen.add(one)
+    return []
+
+
+def _check_projects(content: ProjectsFile) -> list[str]:
+    problems = _duplicates("projects", [p.id for p in content.projects])
+    for i, p in enumerate(content.projects):
+        at = f"projects[{i}]"
+        problems += [f"{at}: repo {r!r} is not owner/name" for r in p.repos if not _is_repo(r)]
+        problems += [f"{at}: folder {f!r} is not absolute" for f in p.folders if not _is_folder(f)]
+        if p.host_share is not None and not 0 < p.host_share <= 1:
+            problems.append(f"{at}: hostShare must be above 0 and at most 1")
+        if p.concurrent is not None and p.concurrent < 0:
+            problems.append(f"{at}: concurrent must be 0 or more")
+        problems += _memory_problem(at, p.memory) + _cpus_problem(at, p.cpus)
+    return problems
+
+
+def _check_limits(content: ScopedLimitsFile) -> list[str]:
+    problems = []
+    for i, limit in enumerate(content.limits):
+        at = f"limits[{i}]"
+        if not _is_scope(limit.scope):
+            problems.append(f"{at}: scope {limit.scope!r} is not owner/name or an absolute folder")
+        numbers = {"concurrent": limit.concurrent, "day": limit.day}
+        numbers |= {"week": limit.week, "month": limit.month}
+        problems += [f"{at}: {k} must be 0 or more" for k, v in numbers.items() if (v or 0) < 0]
+    return problems
+
+
+def _check_endpoints(content: EndpointsFile) -> list[str]:
+    problems = _duplicates("endpoints", [e.id for e in content.endpoints])
+    for i, e in enumerate(content.endpoints):
+        if e.slots < 1:
+            problems.append(f"endpoints[{i}]: slots must be 1 or more")
+        if not e.models:
+            problems.append(f"endpoints[{i}]: models must name at least one model")
+    return problems
+
+
+def _check_windows(content: PauseWindowsFile) -> list[str]:
+    if not content.windows:
+        return []
+    try:
+        # lazily: the pause gate owns what a window means; imported only when there is one
+        from dispatch.gates.pause import window_problems
+
+        return [
+            f"windows[{i}]: {problem}"
+            for i, window in enumerate(content.windows)
+            for problem in window_problems(window)
+        ]
+    except Exception as exc:  # another module's check failing must not stop pickups
+        return [f"windows: cannot check ({_one_line(exc)})"]
+
+
+def _check_profiles(content: WaitProfilesFile) -> list[str]:
+    problems = []
+    for name, profile in content.profiles.items():
+        if not profile.command:
+            problems.append(f"profiles[{name!r}]: command must not be empty")
+        if profile.timeout_ms < 1:
+            problems.append(f"profiles[{name!r}]: timeoutMs must be 1 or more")
+    return problems
+
+
+def _check_settings(content: SettingsFile) -> list[str]:
+    overlay = content.settings
+    return _memory_problem("settings", overlay.job_memory) + _cpus_problem(
+        "settings", overlay.job_cpus
+    )
+
+
+_VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
+    "projects.json": _check_projects,
+    "scoped-limits.json": _check_limits,
+    "model-endpoints.json": _check_endpoints,
+    "pause-windows.json": _check_windows,
+    "wait-profiles.json": _check_profiles,
+    "settings.json": _check_settings,
+}
+
+
+# -- the watcher --------------------------------------------------------------------------
+
+
+@dataclass
+class _File:
+    """What the watcher knows of one file between looks."""
+
+    name: str
+    good: Any  # last good content (the empty one until a good read)
+    stamp: Stamp | None = None  # None: never looked, or stat failed
+    newer: bool = False
+    error: str | None = None
+    looked: bool = False
+
+    def settle(self, path: Path, log: LogEvent) -> bool:
+        """Read the file again; True when its outcome changed (the snapshot must be rebuilt)."""
+        try:
+            raw = _read(path)
+            content = _EMPTY[self.name] if raw is None else _parse(self.name, raw)
+        except _Newer as exc:
+            return self._hold(exc.version, log)
+        except ConfigError as exc:
+            return self._broken(str(exc), log)
+        changed = self.newer or self.error is not None or content != self.good
+        if changed and self.looked:
+            log("config_reloaded", file=self.name, missing=raw is None)
+        self.good, self.newer, self.error, self.looked = content, False, None, True
+        return changed
+
+    def _hold(self, version: int, log: LogEvent) -> bool:
+        changed = not self.newer or self.error is not None
+        if changed:
+            log("config_newer", file=self.name, version=version, supported=CONFIG_VERSION)
+        self.newer, self.error, self.looked = True, None, True
+        return changed
+
+    def _broken(self, reason: str, log: LogEvent) -> bool:
+        changed = reason != self.error or self.newer
+        if changed:
+            log("config_invalid", file=self.name, error=reason)
+        self.newer, self.error, self.looked = False, reason, True
+        return changed
+
+
+class ConfigFiles:
+    """The config dir's files as one snapshot, looked at no more than once per check_every_s."""
+
+    def __init__(
+        self,
+        config_dir: Path,
+        clock: Clock,
+        check_every_s: float = 1.0,
+        *,
+        log: LogEvent = event,
+    ) -> None:
+        self.config_dir = config_dir
+        self._clock = clock
+        self._every_s = check_every_s
+        self._log = log
+        self._files = [_File(name, _EMPTY[name]) for name in FILES]
+        self._next_look = -math.inf
+        self._snapshot = ConfigSnapshot()
+
+    def current(self) -> ConfigSnapshot:
+        now = self._clock.monotonic()
+        if now >= self._next_look:
+            self._next_look = now + self._every_s
+            if self._look():
+                self._snapshot = _build(self._files)
+        return self._snapshot
+
+    def _look(self) -> bool:
+        changed = False
+        for f in self._files:
+            path = self.config_dir / f.name
+            stamp = _stamp(path)
+            if stamp is not None and stamp == f.stamp:
+                continue
+            f.stamp = stamp
+            changed |= f.settle(path, self._log)
+        return changed
+
+
+def _content(files: dict[str, Any], name: str, shape: type[T]) -> T:
+    value = files[name]
+    assert isinstance(value, shape)
+    return value
+
+
+def _build(files: list[_File]) -> ConfigSnapshot:
+    good = {f.name: f.good for f in files}
+    errors = {f.name: f.error for f in files if f.error is not None}
+    return ConfigSnapshot(
+        projects=tuple(_content(good, "projects.json", ProjectsFile).projects),
+        limits=tuple(_content(good, "scoped-limits.json", ScopedLimitsFile).limits),
+        windows=tuple(_content(good, "pause-windows.json", PauseWindowsFile).windows),
+        endpoints=tuple(_content(good, "model-endpoints.json", EndpointsFile).endpoints),
+        overlay=_content(good, "settings.json", SettingsFile).settings,
+        profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
+        overlay_error=errors.get("settings.json"),
+        newer=tuple(f.name for f in files if f.newer),
+        errors=errors,
+    )
+
+
+def load_once(config_dir: Path) -> ConfigSnapshot:
+    """Every file read once, without logging: the CLI and the doctor report it themselves."""
+    return ConfigFiles(config_dir, SystemClock(), log=_quiet).current()
+
+
+def _quiet(name: str, **fields: Any) -> None:
+    pass
+
+
+# -- scaffolding --------------------------------------------------------------------------
+
+
+def scaffold(config_dir: Path) -> list[Path]:
+    """Write each missing file empty and valid; never touch one that exists. The files written."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, shape in FILES.items():
+        path = config_dir / name
+        if not os.path.lexists(path):
+            _write_atomic(path, _empty_document(shape))
+            written.append(path)
+    return written
+
+
+def _empty_document(shape: type[msgspec.Struct]) -> bytes:
+    doc: dict[str, object] = {"version": CONFIG_VERSION}
+    for f in msgspec.structs.fields(shape):
+        if f.name != "version":
+            doc[f.encode_name] = [] if f.default_factory is list else {}
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """A reader sees the whole file or none of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,332 @@
+"""The pickup pipeline: check the head, decode, pass the gates in order, run, and say how the
+claim ends. It sequences; each decision lives in a gate, each run in the runner.
+
+Every hold a gate takes is given back in reverse order on every exit (defer, refuse, success,
+error, cancellation). A deferral spends no attempt; a refusal is a recorded policy outcome;
+only infrastructure failures retry, with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from dispatch.clock import Clock, SystemClock
+from dispatch.config.schemas import ConfigSnapshot
+from dispatch.errors import InvalidJob
+from dispatch.gates.base import (
+    ADMIT,
+    NEWER_RELEASE_DELAY_MS,
+    Admit,
+    Decision,
+    Defer,
+    Gate,
+    Pickup,
+    Refuse,
+    Settled,
+)
+from dispatch.log import event
+from dispatch.model import (
+    JOB_VERSION,
+    DeferRecord,
+    Job,
+    Outcome,
+    Result,
+    RunRecord,
+    Size,
+    State,
+    decode_job,
+    encoder,
+    iso,
+    peek_version,
+)
+from dispatch.queue.transitions import Claim
+from dispatch.records.mirror import RunMirror
+from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
+
+SHUTDOWN_DELAY_MS = 1_000
+
+
+@dataclass(frozen=True)
+class ProcessorSettings:
+    host: str
+    output_dir: Path
+    stop_grace_s: float = 10.0
+    abort_wait_s: float = 30.0
+    retry_base_ms: int = 5_000
+    retry_max_ms: int = 10 * 60_000
+
+
+@dataclass
+class Ending:
+    """How a claim ends: `finish` (payload is the result), `retry` or `defer` (defer record)."""
+
+    action: str
+    payload: bytes
+    delay_ms: int = 0
+    record: RunRecord | None = None
+    lingering: asyncio.Task[RunResult] | None = None  # a run that would not stop in time
+    mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
+
+
+class Processor:
+    def __init__(
+        self,
+        settings: ProcessorSettings,
+        runner: Runner,
+        gates: Sequence[Gate] = (),
+        clock: Clock | None = None,
+        config: Callable[[], ConfigSnapshot] | None = None,
+        mirror: RunMirror | None = None,
+    ) -> None:
+        self.s = settings
+        self.runner = runner
+        self.gates = list(gates)
+        self.clock = clock or SystemClock()
+        self.config = config or ConfigSnapshot
+        self.mirror = mirror
+
+    async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
+        version = peek_version(claim.data)
+        if version > JOB_VERSION:
+            return self._defer(
+                claim, Defer(NEWER_RELEASE_DELAY_MS, "newer-release", detail=f"v{version}")
+            )
+        try:
+            job = decode_job(claim.data)
+        except InvalidJob as exc:
+            return self._refuse(claim, None, Refuse("invalid-job", str(exc)))
+        pickup = Pickup(claim, job, signal, self.config())
+        lingering = None
+        try:
+            decision = await self._gates(pickup)
+            job = pickup.job = _resolved(pickup)  # records name the project the gates found
+            if isinstance(decision, Defer):
+                return self._defer(claim, decision, job)
+            if isinstance(decision, Refuse):
+                return self._refuse(claim, job, decision)
+            if isinstance(decision, Settled):
+                return self._settled(claim, job, decision.record)
+            ending = await self._run(pickup)
+            lingering = ending.lingering
+            return ending
+        finally:
+            if lingering is None:
+                await pickup.release()
+            else:  # the container is not gone yet: its folder, slots and budget stay held
+                lingering.add_done_callback(lambda _: _spawn(pickup.release()))
+
+    async def _gates(self, pickup: Pickup) -> Decision:
+        for gate in self.gates:
+            decision = await gate.check(pickup)
+            if not isinstance(decision, Admit):
+                return decision
+        return ADMIT
+
+    async def _run(self, pickup: Pickup) -> Ending:
+        claim, job, signal = pickup.claim, pickup.job, pickup.signal
+        ctx = RunContext(
+            job=job,
+            attempt=claim.attempt,
+            host=self.s.host,
+            fence=claim.token,
+            output_path=self.s.output_dir / f"{job.id}.{claim.attempt}.log",
+            grace_s=self.s.stop_grace_s,
+            signal=signal,
+        )
+        if signal.event.is_set() and signal.reason == "shutdown":
+            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job)
+        timer = asyncio.get_running_loop().call_later(
+            job.timeout_ms / 1000, signal.abort, "job-timeout"
+        )
+        try:
+            result, lingering = await self._watch(ctx)
+        finally:
+            timer.cancel()
+        ending = self._ending(claim, job, result, signal.reason)
+        ending.lingering = lingering
+        if ending.record is not None and result.started:
+            ending.mirrored = await self._mirror(claim, ending.record)
+        return ending
+
+    async def _mirror(self, claim: Claim, record: RunRecord) -> bool:
+        """Record the outcome fleet-wide before the claim ends (see the settled gate)."""
+        if self.mirror is None:
+            return False
+        try:
+            await self.mirror.put(claim.queue, record, self.clock.now_ms())
+        except Exception as exc:  # then the finish carries the record, as without a mirror
+            event("run_mirror_failed", job=claim.id, error=str(exc))
+            return False
+        return True
+
+    def _settled(self, claim: Claim, job: Job, record: RunRecord) -> Ending:
+        """End as the recorded run ended, retrying only what a run would have retried."""
+        result = RunResult(
+            started=record.started_at is not None,
+            exit_code=record.exit_code,
+        )
+        outcome: Outcome = record.outcome
+        ending = self._ending_for(claim, job, result, outcome, record.reason, record)
+        ending.record = None  # already recorded, locally by the host that ran it
+        return ending
+
+    async def _watch(self, ctx: RunContext) -> tuple[RunResult, asyncio.Task[RunResult] | None]:
+        """Run; once aborted, wait at most `abort_wait_s` more before giving up on the run."""
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self.runner.run(ctx))
+        settled: asyncio.Future[None] = loop.create_future()
+
+        def settle(*_: object) -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        task.add_done_callback(settle)
+        give_up: list[asyncio.TimerHandle] = []
+        ctx.signal.when_aborted(
+            lambda: give_up.append(loop.call_later(self.s.abort_wait_s, settle))
+        )
+        try:
+            await settled
+        finally:
+            for handle in give_up:
+                handle.cancel()
+        if task.done():
+            return task.result(), None
+        event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)
+        return RunResult(started=True, error="abort-unconfirmed"), task
+
+    def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
+        outcome, reason = classify(result, abort_reason)
+        record = self._record(claim, job, result, outcome, reason)
+        if abort_reason == "shutdown":
+            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
+        return self._ending_for(claim, job, result, outcome, reason, record)
+
+    def _ending_for(
+        self,
+        claim: Claim,
+        job: Job,
+        result: RunResult,
+        outcome: Outcome,
+        reason: str,
+        record: RunRecord,
+    ) -> Ending:
+        if outcome == "infra" and reason != "lock-lost" and claim.attempt < job.attempts:
+            delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
+            return self._defer(claim, Defer(delay, "retry", detail=reason), job, record, "retry")
+        state: State = "completed" if outcome == "completed" else "failed"
+        if outcome == "cancelled":
+            state = "cancelled"
+        res = Result(
+            state=state,
+            outcome=outcome,
+            reason=reason,
+            exit_code=result.exit_code,
+            host=self.s.host,
+            ended_at=iso(self.clock.now_ms()) or "",
+        )
+        return Ending("finish", encoder.encode(res), record=record)
+
+    def _record(
+        self, claim: Claim, job: Job, result: RunResult, outcome: Outcome, reason: str
+    ) -> RunRecord:
+        ended = result.ended_ms or self.clock.now_ms()
+        return RunRecord(
+            id=job.id,
+            attempt=claim.attempt,
+            host=self.s.host,
+            queue=claim.queue,
+            outcome=outcome,
+            reason=reason,
+            exit_code=result.exit_code,
+            queued_at=iso(claim.queued_ms),
+            started_at=iso(result.started_ms),
+            ended_at=iso(ended),
+            project=job.project,
+            target=job.target(),
+            size=job.size,
+            image=job.image,
+            slot_ms=max(ended - result.started_ms, 0) if result.started_ms else 0,
+            container=result.container,
+            output=result.output,
+            kill=result.kill,
+        )
+
+    def _defer(
+        self,
+        claim: Claim,
+        d: Defer,
+        job: Job | None = None,
+        record: RunRecord | None = None,
+        action: str = "defer",
+    ) -> Ending:
+        now = self.clock.now_ms()
+        rec = DeferRecord(
+            reason=d.reason,
+            until=iso(now + d.delay_ms) or "",
+            at=iso(now) or "",
+            host=self.s.host,
+            project=job.project if job else None,
+            holder=d.holder,
+            detail=d.detail,
+            attempt=claim.attempt,
+        )
+        event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
+        return Ending(action, encoder.encode(rec), d.delay_ms, record)
+
+    def _refuse(
+        self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = "policy"
+    ) -> Ending:
+        now = self.clock.now_ms()
+        event("job_refused", job=claim.id, reason=r.reason, why=r.sentence)
+        record = RunRecord(
+            id=claim.id,
+            attempt=claim.attempt,
+            host=self.s.host,
+            queue=claim.queue,
+            outcome=outcome,
+            reason=r.reason,
+            queued_at=iso(claim.queued_ms),
+            ended_at=iso(now),
+            target=job.target() if job else "",
+        )
+        res = Result(
+            state="failed",
+            outcome=outcome,
+            reason=r.reason,
+            host=self.s.host,
+            ended_at=iso(now) or "",
+        )
+        return Ending("finish", encoder.encode(res), record=record)
+
+    def crashed(self, claim: Claim, exc: BaseException) -> Ending:
+        """A bug fails the job for good, with the error recorded."""
+        return self._refuse(
+            claim, None, Refuse("internal-error", f"{type(exc).__name__}: {exc}"), "failed"
+        )
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def _spawn(coro: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+def _resolved(pickup: Pickup) -> Job:
+    """The job with what the gates resolved: its project and the size the runner applies."""
+    job = pickup.job
+    changes: dict[str, Any] = {}
+    if pickup.project is not None and job.project != pickup.project.id:
+        changes["project"] = pickup.project.id
+    if pickup.size is not None:
+        changes["size"] = Size(memory=str(pickup.size.memory), cpus=pickup.size.cpus)
+    return msgspec.structs.replace(job, **changes) if changes else job

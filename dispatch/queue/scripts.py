@@ -1,0 +1,102 @@
+"""Loads the Lua scripts in `lua/` and calls them by SHA.
+
+Each script's SHA is computed locally; a call goes out as EVALSHA and, on NOSCRIPT (a restarted
+or failed-over server), the source is loaded once and the call retried. Scripts return plain
+values; negative integers are error codes, mirrored by `Code` and turned into exceptions by
+`raise_for` (or `checked`, for a reply that is either a code or a value).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from enum import IntEnum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import NoScriptError
+
+from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound, ScriptError
+
+LUA_DIR = Path(__file__).resolve().parents[2] / "lua"
+
+Arg = str | int | float | bytes
+
+
+class Code(IntEnum):
+    LOCK_LOST = -1
+    NOT_FOUND = -2
+    CONFLICT = -3
+    BAD_INPUT = -4
+
+
+_ERRORS: dict[int, type[ScriptError] | type[InvalidJob]] = {
+    Code.LOCK_LOST: LockLost,
+    Code.NOT_FOUND: NotFound,
+    Code.CONFLICT: Conflict,
+    Code.BAD_INPUT: InvalidJob,
+}
+
+
+def raise_for(code: int, what: str) -> None:
+    """Raise the exception that stands for a negative script code; do nothing otherwise."""
+    if code < 0:
+        error = _ERRORS.get(code, ScriptError)
+        raise error(
+            f"{what}: {Code(code).name.lower() if code in Code._value2member_map_ else code}"
+        )
+
+
+def checked(reply: Any, what: str) -> Any:
+    """The reply itself, unless it is a negative code: then the exception it stands for."""
+    if isinstance(reply, int):
+        raise_for(reply, what)
+    return reply
+
+
+_HEADER_ITEM = re.compile(r"^(KEYS|ARGV)\[(\d+)\]", re.MULTILINE)
+
+
+class Script:
+    """One Lua file, called by SHA with a transparent reload on NOSCRIPT."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = (LUA_DIR / f"{name}.lua").read_text()
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def declared(self, kind: str) -> int:
+        """How many KEYS or ARGV the header lists (ARGV items past a stride are repeats)."""
+        return max((int(n) for k, n in _HEADER_ITEM.findall(self.source) if k == kind), default=0)
+
+    async def __call__(self, redis: Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await redis.script_load(self.source)
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+
+    def queue(self, pipe: Pipeline, keys: Sequence[str], args: Sequence[Arg]) -> None:
+        """Add the call to a pipeline; `load_all` must have run on this server first."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+
+@cache
+def script(name: str) -> Script:
+    return Script(name)
+
+
+def all_scripts() -> list[Script]:
+    return [script(p.stem) for p in sorted(LUA_DIR.glob("*.lua"))]
+
+
+async def load_all(redis: Redis) -> None:
+    """Load every script so pipelined EVALSHA calls cannot meet NOSCRIPT."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for s in all_scripts():
+            pipe.script_load(s.source)
+        await pipe.execute()

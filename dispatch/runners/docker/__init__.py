@@ -1,0 +1,56 @@
+"""Containers through the Docker Engine HTTP API, spoken by our own small client on httpx.
+
+client   DockerClient: version negotiation, images, containers, events (client.py)
+runner   DockerRunner: one job attempt as one hardened container (runner.py)
+reaper   reap: at boot, remove this host's containers no live claim owns (reaper.py)
+errors   the DockerError tree (errors.py)
+"""
+
+from __future__ import annotations
+
+from dispatch.runners.docker.client import DEFAULT_HOST, DockerClient, ExitWait, resolve_host
+from dispatch.runners.docker.errors import (
+    ContainerConflict,
+    ContainerNotFound,
+    DockerApiError,
+    DockerError,
+    DockerTimeout,
+    DockerUnavailable,
+    ImageMissing,
+)
+from dispatch.runners.docker.reaper import Reaped, ReapReport, reap
+from dispatch.runners.docker.runner import (
+    LABEL_ATTEMPT,
+    LABEL_FENCE,
+    LABEL_HOST,
+    LABEL_JOB,
+    NAME_PREFIX,
+    DockerRunner,
+    DockerSettings,
+    container_name,
+)
+
+__all__ = [
+    "DEFAULT_HOST",
+    "LABEL_ATTEMPT",
+    "LABEL_FENCE",
+    "LABEL_HOST",
+    "LABEL_JOB",
+    "NAME_PREFIX",
+    "ContainerConflict",
+    "ContainerNotFound",
+    "DockerApiError",
+    "DockerClient",
+    "DockerError",
+    "DockerRunner",
+    "DockerSettings",
+    "DockerTimeout",
+    "DockerUnavailable",
+    "ExitWait",
+    "ImageMissing",
+    "ReapReport",
+    "Reaped",
+    "container_name",
+    "reap",
+    "resolve_host",
+]

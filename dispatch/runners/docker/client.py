@@ -1,0 +1,304 @@
+"""A small async client for the Docker Engine HTTP API, on httpx.
+
+The transport is configuration: `unix:///path` becomes `httpx.AsyncHTTPTransport(uds=path)`,
+`tcp://host:port` a plain HTTP transport (no TLS: put a TLS-terminating proxy or an SSH tunnel
+in front of a remote engine). `DOCKER_HOST` is read when no host is given, so Podman's
+Docker-compatible socket works the same way (`DOCKER_HOST=unix:///run/podman/podman.sock`).
+
+The API version is negotiated once, on the first call (or `connect()`), from the unversioned
+`/version`: the engine's version capped at what this client was written against; an engine
+older than `MIN_API` is refused. Every later path is prefixed `/v<version>`.
+
+Every call has a timeout. The two long calls, `wait` and `logs`, bound connecting and sending
+but not reading: they last as long as the container runs, and the runner bounds that itself.
+
+Errors are translated here and nowhere else (see `dispatch.docker.errors`): httpx transport
+errors become `DockerUnavailable` (`DockerTimeout` for timeouts), 404 becomes the missing
+thing's error, 409 `ContainerConflict`, anything else non-2xx `DockerApiError`. A 304 (already
+started, already stopped) counts as success: the container is where the caller wanted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from dispatch.errors import ConfigError
+from dispatch.runners.docker.errors import (
+    ContainerConflict,
+    ContainerNotFound,
+    DockerApiError,
+    DockerError,
+    DockerTimeout,
+    DockerUnavailable,
+    ImageMissing,
+)
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+MIN_API = (1, 40)  # Docker 19.03: wait conditions, NanoCpus, PidsLimit all present
+MAX_API = (1, 43)  # what this client was written against; newer engines speak it too
+
+Json = dict[str, Any]
+
+_FRAME = struct.Struct(">BxxxI")  # multiplexed log frame: stream id, 3 pad bytes, size
+
+
+def resolve_host(host: str | None = None) -> str:
+    """The engine address: the one given, else DOCKER_HOST, else the standard unix socket."""
+    return host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
+
+
+def _transport(host: str) -> tuple[httpx.AsyncHTTPTransport, str]:
+    if host.startswith("unix://"):
+        return httpx.AsyncHTTPTransport(uds=host.removeprefix("unix://")), "http://docker"
+    if host.startswith("tcp://"):
+        return httpx.AsyncHTTPTransport(), "http://" + host.removeprefix("tcp://")
+    raise ConfigError(f"DOCKER_HOST {host!r}: only unix:// and tcp:// are supported")
+
+
+def _parse_version(text: object) -> tuple[int, int]:
+    try:
+        major, minor = str(text).split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        raise DockerUnavailable(f"engine reported API version {text!r}") from None
+
+
+def negotiate(info: Json) -> str:
+    """The API version to speak with an engine whose /version answer is `info`."""
+    server = _parse_version(info.get("ApiVersion"))
+    chosen = min(server, MAX_API)
+    if chosen < MIN_API:
+        raise DockerUnavailable(f"engine API {server[0]}.{server[1]} is older than 1.{MIN_API[1]}")
+    return f"{chosen[0]}.{chosen[1]}"
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        return str(resp.json().get("message", "")) or resp.reason_phrase
+    except (ValueError, AttributeError):
+        return resp.text[:200] or resp.reason_phrase
+
+
+def _check(resp: httpx.Response, missing: type[DockerError]) -> None:
+    if resp.is_success or resp.status_code == 304:
+        return
+    message = _message(resp)
+    if resp.status_code == 404:
+        raise missing(message)
+    if resp.status_code == 409:
+        raise ContainerConflict(message)
+    raise DockerApiError(resp.status_code, message)
+
+
+def _json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        raise DockerUnavailable(
+            "the engine's answer is not JSON: is this the Docker API?"
+        ) from None
+
+
+def _translate(exc: httpx.HTTPError, what: str) -> DockerError:
+    if isinstance(exc, httpx.TimeoutException):
+        return DockerTimeout(f"{what}: no answer in time")
+    return DockerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+class ExitWait:
+    """A wait the engine has registered (its headers arrived) and will answer at the exit."""
+
+    def __init__(self, response: httpx.Response, container: str) -> None:
+        self._response = response
+        self._container = container
+
+    async def result(self) -> int:
+        """The container's exit code, once it exits."""
+        try:
+            body = await self._response.aread()
+        except httpx.HTTPError as exc:
+            raise _translate(exc, f"wait {self._container}") from exc
+        finally:
+            await self._response.aclose()
+        data = json.loads(body or b"{}")
+        error = (data.get("Error") or {}).get("Message")
+        if error:
+            raise DockerApiError(500, f"wait {self._container}: {error}")
+        return int(data["StatusCode"])
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class DockerClient:
+    def __init__(self, host: str | None = None, *, timeout_s: float = 30.0) -> None:
+        self.host = resolve_host(host)
+        self.timeout_s = timeout_s
+        transport, base_url = _transport(self.host)
+        # No cap on connections: each running job holds a wait and a log stream open.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
+        self._http = httpx.AsyncClient(
+            transport=transport, base_url=base_url, timeout=timeout_s, limits=limits
+        )
+        self._api: str | None = None
+        self._negotiating = asyncio.Lock()
+
+    async def __aenter__(self) -> DockerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    @property
+    def api_version(self) -> str | None:
+        return self._api
+
+    async def connect(self) -> str:
+        """Negotiate the API version (once); raise DockerUnavailable when no engine answers."""
+        async with self._negotiating:
+            if self._api is None:
+                self._api = negotiate(await self.version())
+        return self._api
+
+    async def _path(self, path: str) -> str:
+        return f"/v{self._api or await self.connect()}{path}"
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Json | None = None,
+        timeout_s: float | None = None,
+        missing: type[DockerError] = ContainerNotFound,
+        versioned: bool = True,
+    ) -> httpx.Response:
+        url = await self._path(path) if versioned else path
+        try:
+            resp = await self._http.request(
+                method, url, params=params, json=body, timeout=timeout_s or self.timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise _translate(exc, f"{method} {path}") from exc
+        _check(resp, missing)
+        return resp
+
+    async def _open(
+        self, method: str, path: str, params: Mapping[str, str | int]
+    ) -> httpx.Response:
+        """Send a request and return once its headers arrived; the body is read by the caller."""
+        t = self.timeout_s
+        timeout = httpx.Timeout(connect=t, read=None, write=t, pool=t)
+        request = self._http.build_request(
+            method, await self._path(path), params=params, timeout=timeout
+        )
+        try:
+            resp = await self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise _translate(exc, f"{method} {path}") from exc
+        if not resp.is_success:
+            await resp.aread()
+            await resp.aclose()
+            _check(resp, ContainerNotFound)
+        return resp
+
+    async def ping(self) -> str:
+        return (await self._call("GET", "/_ping", versioned=False)).text
+
+    async def version(self) -> Json:
+        info: Json = _json(await self._call("GET", "/version", versioned=False))
+        return info
+
+    async def image_inspect(self, ref: str) -> Json:
+        image: Json = _json(await self._call("GET", f"/images/{ref}/json", missing=ImageMissing))
+        return image
+
+    async def create_container(self, name: str, config: Json) -> str:
+        """Create (never pull): a missing image raises ImageMissing. Returns the id."""
+        resp = await self._call(
+            "POST", "/containers/create", params={"name": name}, body=config, missing=ImageMissing
+        )
+        return str(_json(resp)["Id"])
+
+    async def start(self, container: str) -> None:
+        await self._call("POST", f"/containers/{container}/start")
+
+    async def wait(self, container: str, condition: str = "next-exit") -> ExitWait:
+        """Register a wait; call before `start` with `next-exit` so a fast exit is not missed."""
+        resp = await self._open("POST", f"/containers/{container}/wait", {"condition": condition})
+        return ExitWait(resp, container)
+
+    async def inspect(self, container: str) -> Json:
+        info: Json = _json(await self._call("GET", f"/containers/{container}/json"))
+        return info
+
+    async def logs(self, container: str, *, follow: bool = True) -> AsyncGenerator[bytes, None]:
+        """stdout and stderr as they come, demultiplexed (containers here never have a TTY)."""
+        params = {"stdout": 1, "stderr": 1, "follow": int(follow)}
+        resp = await self._open("GET", f"/containers/{container}/logs", params)
+        try:
+            async for payload in _demux(resp.aiter_raw()):
+                yield payload
+        except httpx.HTTPError as exc:
+            raise _translate(exc, f"logs {container}") from exc
+        finally:
+            await resp.aclose()
+
+    async def stop(self, container: str, grace_s: float) -> None:
+        """SIGTERM, then SIGKILL after the grace; returns once the container has stopped."""
+        t = math.ceil(grace_s)
+        await self._call(
+            "POST", f"/containers/{container}/stop", params={"t": t}, timeout_s=t + self.timeout_s
+        )
+
+    async def kill(self, container: str, signal: str = "KILL") -> None:
+        await self._call("POST", f"/containers/{container}/kill", params={"signal": signal})
+
+    async def remove(self, container: str, *, force: bool = False) -> None:
+        params = {"force": int(force), "v": 1}
+        await self._call("DELETE", f"/containers/{container}", params=params)
+
+    async def list_containers(self, labels: Mapping[str, str], *, all: bool = True) -> list[Json]:
+        filters = json.dumps({"label": [f"{k}={v}" for k, v in labels.items()]})
+        resp = await self._call(
+            "GET", "/containers/json", params={"all": int(all), "filters": filters}
+        )
+        found: list[Json] = _json(resp)
+        return found
+
+    async def events(
+        self, filters: Mapping[str, list[str]], since_s: float, until_s: float
+    ) -> list[Json]:
+        """Past events in a window (the window must be closed, or the engine streams forever)."""
+        params = {
+            "since": f"{since_s:.3f}",
+            "until": f"{until_s:.3f}",
+            "filters": json.dumps(filters),
+        }
+        resp = await self._call("GET", "/events", params=params)
+        return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+
+async def _demux(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Strip the 8-byte frame headers of a multiplexed stream, yielding the payloads."""
+    buf = bytearray()
+    async for chunk in raw:
+        buf += chunk
+        while len(buf) >= _FRAME.size:
+            _, size = _FRAME.unpack_from(buf)
+            if len(buf) < _FRAME.size + size:
+                break
+            yield bytes(buf[_FRAME.size : _FRAME.size + size])
+            del buf[: _FRAME.size + size]

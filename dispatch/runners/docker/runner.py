@@ -1,0 +1,421 @@
+"""The Docker runner: one admitted job attempt, run as one hardened container.
+
+Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id>`):
+
+    plan        folder under an allowed root (no symlink escape), else refuse `folder-not-allowed`;
+                no image named and no default, else refuse `image-missing`
+    create      labels host / job / attempt / fence (the boot reaper reads them), no privileges;
+                an image not on this host refuses `image-missing` (the create answers 404:
+                images are never pulled, and nothing is created); engine unreachable -> error
+                `docker-unavailable`
+    wait        `condition=next-exit` registered BEFORE start, so a fast exit cannot be missed
+    start       then the output streams to `ctx.output_path`, capped, with a truncation mark
+    exit        the exit code from the wait, or on `ctx.aborted`: stop (SIGTERM, then SIGKILL
+                after `ctx.grace_s`)
+    classify    a SIGKILL (137) is `oom` when State.OOMKilled says so or, because that flag is
+                unreliable on cgroup v2, when the engine logged an `oom` event for the container
+                (the engine derives it from the cgroup's memory events); else `stop-timeout` when
+                our own stop had to kill it; else `sigkill` (someone else's kill, or an OOM the
+                engine never saw)
+    remove      once the exit has been read; also when the run is cancelled half-way, in a
+                shielded task (`settle()` waits for those)
+
+The runner does not decide what an exit means (`dispatch.runner.classify` does) nor how long
+to wait after an abort: a worker that gives up on `run` cancels it, and the container is still
+killed and removed in the background.
+
+Hardening: CapDrop ALL, no-new-privileges, a pids limit, Memory (swap capped to the same) and
+NanoCpus from the job's size (the processor hands over the size its gates resolved; the
+settings' defaults, 4g / 2 CPUs, cover a job run without gates), a non-root user by
+default (`65534:65534`; empty string = the image's own USER; a local job editing the operator's
+folder usually wants the folder owner's uid), optional read-only root with a small /tmp tmpfs,
+network configurable (None = the engine's default bridge, "none" = no network), restart policy
+`no`, auto-remove off (the exit must be read first). The job's env is passed through and never
+logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from contextlib import aclosing
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from dispatch.clock import Clock, SystemClock
+from dispatch.config.settings import parse_memory
+from dispatch.log import event
+from dispatch.model import Job
+from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
+from dispatch.runners.docker.client import DockerClient, ExitWait, Json
+from dispatch.runners.docker.errors import (
+    ContainerConflict,
+    ContainerNotFound,
+    DockerError,
+    DockerTimeout,
+    DockerUnavailable,
+    ImageMissing,
+)
+
+NAME_PREFIX = "dispatch-job-"
+LABEL_HOST = "dispatch.host"
+LABEL_JOB = "dispatch.job"
+LABEL_ATTEMPT = "dispatch.attempt"
+LABEL_FENCE = "dispatch.fence"
+
+SIGKILL_EXIT = 128 + 9
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerSettings:
+    allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
+    # The next three come from dispatch.config.Settings (see dispatch.docker.setup).
+    default_image: str | None = None  # for jobs that name no image
+    default_memory: str = "4g"  # for jobs run without the size gate
+    default_cpus: float = 2.0
+    user: str = "65534:65534"  # "" = the image's own USER
+    network: str | None = None  # None = the engine's default bridge
+    read_only: bool = False
+    pids_limit: int = 512
+    workspace: str = "/work"  # where a local job's folder is mounted
+    output_drain_s: float = 5.0  # how long the output may trail the exit
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> DockerSettings:
+        """The docker-only DISPATCH_* variables (roots separated by os.pathsep).
+
+        The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
+        default job size are parsed once, by dispatch.config, and laid over these by
+        dispatch.docker.setup.
+        """
+        e = dict(os.environ if env is None else env)
+        roots = tuple(r for r in e.get("DISPATCH_ALLOWED_ROOTS", "").split(os.pathsep) if r)
+        return cls(
+            allowed_roots=roots,
+            user=e.get("DISPATCH_CONTAINER_USER", cls.user),
+            network=e.get("DISPATCH_CONTAINER_NETWORK") or None,
+            read_only=e.get("DISPATCH_CONTAINER_READ_ONLY", "") in ("1", "true", "yes"),
+            pids_limit=int(e.get("DISPATCH_CONTAINER_PIDS_LIMIT", cls.pids_limit)),
+        )
+
+
+def container_name(job_id: str) -> str:
+    return NAME_PREFIX + job_id
+
+
+def allowed_folder(folder: str | None, roots: tuple[str, ...]) -> str | None:
+    """The folder's real path when it is a directory under an allowed root, else None.
+
+    Both sides are resolved, so a symlink inside a root that points outside it is caught, and
+    the resolved path is what gets mounted (a symlink swapped later changes nothing).
+    """
+    if not folder or not os.path.isabs(folder):
+        return None
+    real = os.path.realpath(folder)
+    if not os.path.isdir(real):
+        return None
+    for root in roots:
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([real, real_root]) == real_root:
+            return real
+    return None
+
+
+def labels(ctx: RunContext) -> dict[str, str]:
+    return {
+        LABEL_HOST: ctx.host,
+        LABEL_JOB: ctx.job.id,
+        LABEL_ATTEMPT: str(ctx.attempt),
+        LABEL_FENCE: ctx.fence,
+    }
+
+
+def host_config(job: Job, binds: list[str], s: DockerSettings) -> Json:
+    size = job.size
+    memory = parse_memory((size.memory if size else None) or s.default_memory)
+    cpus = (size.cpus if size else None) or s.default_cpus
+    config: Json = {
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],
+        "PidsLimit": s.pids_limit,
+        "Memory": memory,
+        "MemorySwap": memory,  # no swap on top: over the limit means OOM, not a crawl
+        "NanoCpus": int(cpus * 1e9),
+        "ReadonlyRootfs": s.read_only,
+        "RestartPolicy": {"Name": "no"},
+        "AutoRemove": False,
+        "Binds": binds,
+    }
+    if s.network:
+        config["NetworkMode"] = s.network
+    if s.read_only:
+        config["Tmpfs"] = {"/tmp": "rw,nosuid,nodev,size=64m"}
+    return config
+
+
+def container_config(ctx: RunContext, image: str, binds: list[str], s: DockerSettings) -> Json:
+    job = ctx.job
+    config: Json = {
+        "Image": image,
+        "Labels": labels(ctx),
+        "Env": [f"{k}={v}" for k, v in job.env.items()],
+        "HostConfig": host_config(job, binds, s),
+    }
+    if job.command:
+        config["Cmd"] = list(job.command)
+    if s.user:
+        config["User"] = s.user
+    if binds:
+        config["WorkingDir"] = s.workspace
+    return config
+
+
+class _CappedFile:
+    """The output file, written synchronously: small appends to a local file, not worth a thread."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: BinaryIO = path.open("wb")
+        self._left = cap
+        self.truncated = False
+
+    def write(self, data: bytes) -> bool:
+        """Append; False once the cap is reached (the mark is then written and nothing more)."""
+        if len(data) <= self._left:
+            self._file.write(data)
+            self._left -= len(data)
+            return True
+        self._file.write(data[: self._left])
+        self._file.write(TRUNCATION_MARK)
+        self._left = 0
+        self.truncated = True
+        return False
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass(frozen=True)
+class _Exit:
+    code: int
+    stopped: bool  # our own stop ended it
+    started_ms: int
+    ended_ms: int
+    truncated: bool
+
+
+class DockerRunner:
+    def __init__(
+        self, settings: DockerSettings, client: DockerClient, *, clock: Clock | None = None
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.clock: Clock = clock or SystemClock()
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        if ctx.aborted.is_set():
+            return RunResult(started=False, error="aborted-before-start")
+        plan = self._plan(ctx.job)
+        if isinstance(plan, str):
+            return RunResult(started=False, refusal=plan)
+        try:
+            cid = await self._create(ctx, container_config(ctx, *plan, self.settings))
+        except ImageMissing:  # the create never pulls: its 404 is the image check
+            return RunResult(started=False, refusal="image-missing")
+        except DockerUnavailable as exc:
+            event("docker_unavailable", job=ctx.job.id, error=str(exc))
+            return RunResult(started=False, error="docker-unavailable")
+        except DockerError as exc:
+            event("container_create_failed", job=ctx.job.id, error=str(exc))
+            return RunResult(started=False, error=f"create-failed: {exc}"[:300])
+        try:
+            return await self._run_created(ctx, cid)
+        finally:
+            await self._dispose(cid)
+
+    async def preflight(self, job: Job) -> str:
+        """Why `job` cannot start on this host ("" when it can); creates nothing.
+
+        `run` finds the same reasons (the image's through the create's 404, saving a round
+        trip); a caller may also ask before reserving anything for the job. Raises
+        DockerUnavailable when the engine cannot be asked.
+        """
+        plan = self._plan(job)
+        if isinstance(plan, str):
+            return plan
+        try:
+            await self.client.image_inspect(plan[0])
+        except ImageMissing:
+            return "image-missing"
+        return ""
+
+    async def settle(self) -> None:
+        """Wait for removals left running by cancelled runs."""
+        while self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)
+
+    def _plan(self, job: Job) -> tuple[str, list[str]] | str:
+        """(image, binds) for the container, or the refusal reason; asks the engine nothing."""
+        binds: list[str] = []
+        if job.kind == "local":
+            source = allowed_folder(job.folder, self.settings.allowed_roots)
+            if source is None:
+                return "folder-not-allowed"
+            binds.append(f"{source}:{self.settings.workspace}:rw")
+        image = job.image or self.settings.default_image
+        if not image:
+            return "image-missing"
+        return image, binds
+
+    async def _create(self, ctx: RunContext, config: Json) -> str:
+        name = container_name(ctx.job.id)
+        try:
+            return await self.client.create_container(name, config)
+        except ContainerConflict:
+            # A leftover of an earlier attempt on this host: gone if stopped, else not ours to kill.
+            state = (await self.client.inspect(name)).get("State", {})
+            if state.get("Running"):
+                raise
+            await self.client.remove(name, force=True)
+            return await self.client.create_container(name, config)
+
+    async def _run_created(self, ctx: RunContext, cid: str) -> RunResult:
+        name = container_name(ctx.job.id)
+        try:
+            waiter = await self.client.wait(cid, "next-exit")
+        except DockerError as exc:
+            return _never_started(ctx, name, exc)
+        try:
+            try:
+                await self.client.start(cid)
+            except DockerError as exc:
+                return _never_started(ctx, name, exc)
+            done = await self._follow(ctx, cid, waiter)
+            kill = await self._kill_reason(cid, done)
+        except DockerError as exc:
+            event("container_lost", job=ctx.job.id, container=name, error=str(exc))
+            error = "docker-unavailable" if isinstance(exc, DockerUnavailable) else "docker-error"
+            return RunResult(started=True, error=error, container=name, output=str(ctx.output_path))
+        finally:
+            await waiter.aclose()
+        event("container_exited", job=ctx.job.id, container=name, exit_code=done.code, kill=kill)
+        return RunResult(
+            started=True,
+            exit_code=done.code,
+            kill=kill,
+            started_ms=done.started_ms,
+            ended_ms=done.ended_ms,
+            container=name,
+            output=str(ctx.output_path),
+            truncated=done.truncated,
+        )
+
+    async def _follow(self, ctx: RunContext, cid: str, waiter: ExitWait) -> _Exit:
+        """From start to exit: capture output, and stop the container if the run is aborted."""
+        started_ms = self.clock.now_ms()
+        name = container_name(ctx.job.id)
+        event("container_started", job=ctx.job.id, attempt=ctx.attempt, container=name)
+        capture = asyncio.ensure_future(self._capture(cid, ctx))
+        # Retrieve the capture's outcome even when nobody awaits it (the run failed first).
+        capture.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            code, stopped = await self._await_exit(ctx, cid, waiter)
+            ended_ms = self.clock.now_ms()
+            truncated = await self._drained(capture, ctx)
+        finally:
+            capture.cancel()
+        return _Exit(code, stopped, started_ms, ended_ms, truncated)
+
+    async def _await_exit(self, ctx: RunContext, cid: str, waiter: ExitWait) -> tuple[int, bool]:
+        exited = asyncio.ensure_future(waiter.result())
+        aborted = asyncio.ensure_future(ctx.aborted.wait())
+        try:
+            await asyncio.wait({exited, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if exited.done():
+                return exited.result(), False
+            event("container_stopping", job=ctx.job.id, reason=ctx.abort_reason)
+            await self._stop(cid, ctx.grace_s)
+            return await exited, True
+        finally:
+            aborted.cancel()
+            exited.cancel()
+
+    async def _stop(self, cid: str, grace_s: float) -> None:
+        try:
+            await self.client.stop(cid, grace_s)
+        except ContainerNotFound:
+            pass
+        except DockerTimeout:
+            await self.client.kill(cid)  # the engine's own stop hung: kill outright
+
+    async def _capture(self, cid: str, ctx: RunContext) -> bool:
+        out = _CappedFile(ctx.output_path, ctx.output_cap)
+        try:
+            async with aclosing(self.client.logs(cid, follow=True)) as chunks:
+                async for chunk in chunks:
+                    if not out.write(chunk):
+                        break
+        finally:
+            out.close()
+        return out.truncated
+
+    async def _drained(self, capture: asyncio.Future[bool], ctx: RunContext) -> bool:
+        """The capture's truncation flag, once the stream has caught up with the exit."""
+        try:
+            return await asyncio.wait_for(capture, self.settings.output_drain_s)
+        except (TimeoutError, DockerError, OSError) as exc:
+            event("output_incomplete", job=ctx.job.id, error=type(exc).__name__)
+            return False
+
+    async def _kill_reason(self, cid: str, done: _Exit) -> str | None:
+        if done.code == 0:
+            return None  # a clean exit is a clean exit, whatever happened to a child on the way
+        state: dict[str, Any] = (await self.client.inspect(cid)).get("State", {})
+        if state.get("OOMKilled"):
+            return "oom"
+        if done.code != SIGKILL_EXIT:
+            return None
+        if await self._oom_event(cid, state):
+            return "oom"
+        return "stop-timeout" if done.stopped else "sigkill"
+
+    async def _oom_event(self, cid: str, state: dict[str, Any]) -> bool:
+        """Whether the engine logged an OOM for the container during its run.
+
+        The window is in the engine's own clock (StartedAt/FinishedAt); its end is a little past
+        the exit because the OOM event can trail it, and an open-ended window would never close.
+        """
+        try:
+            since_s = datetime.fromisoformat(state["StartedAt"]).timestamp() - 1
+            until_s = datetime.fromisoformat(state["FinishedAt"]).timestamp() + 0.5
+            found = await self.client.events(
+                {"container": [cid], "event": ["oom"]}, since_s, until_s
+            )
+        except (KeyError, ValueError, DockerError):
+            return False
+        return bool(found)
+
+    async def _dispose(self, cid: str) -> None:
+        """Remove the container; shielded, so a cancelled run still leaves nothing behind."""
+        task = asyncio.ensure_future(self._remove(cid))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        await asyncio.shield(task)
+
+    async def _remove(self, cid: str) -> None:
+        try:
+            await self.client.remove(cid, force=True)
+        except ContainerNotFound:
+            pass
+        except DockerError as exc:
+            event("container_remove_failed", container=cid[:12], error=str(exc))
+
+
+def _never_started(ctx: RunContext, name: str, exc: DockerError) -> RunResult:
+    event("container_start_failed", job=ctx.job.id, container=name, error=str(exc))
+    if isinstance(exc, DockerUnavailable):
+        return RunResult(started=False, error="docker-unavailable", container=name)
+    return RunResult(started=False, error=f"start-failed: {exc}"[:300], container=name)

@@ -1,0 +1,108 @@
+"""The `process` runner: the job's command as a plain subprocess on this host (no isolation).
+
+For development and for hosts without Docker. The child gets its own process group, so an
+abort stops everything it started, and a parent-death signal, so it dies with the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+from typing import IO
+
+from dispatch.clock import Clock, SystemClock
+from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ProcessRunner:
+    def __init__(
+        self, base_env: dict[str, str] | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self.base_env = base_env if base_env is not None else {"PATH": os.environ.get("PATH", "")}
+        self.clock: Clock = clock or SystemClock()
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        job = ctx.job
+        if not job.command:
+            return RunResult(started=False, refusal="no-command")
+        ctx.output_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *job.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**self.base_env, **job.env},
+                cwd=job.folder if job.kind == "local" else None,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            return RunResult(started=False, refusal="command-not-found", error=type(exc).__name__)
+        started = self.clock.now_ms()
+        with open(ctx.output_path, "wb") as out:  # noqa: ASYNC230 (local appends, never blocks long)
+            copier = asyncio.create_task(_copy(proc, out, ctx.output_cap))
+            kill = await _wait_or_abort(proc, ctx)
+            truncated = await copier
+        return RunResult(
+            started=True,
+            exit_code=proc.returncode,
+            kill=kill or _signal_name(proc.returncode),
+            started_ms=started,
+            ended_ms=self.clock.now_ms(),
+            output=str(ctx.output_path),
+            truncated=truncated,
+        )
+
+
+async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> str | None:
+    """Wait for the exit; on abort, TERM the group, then KILL it after the grace."""
+    waiter = asyncio.ensure_future(proc.wait())
+    aborted = asyncio.ensure_future(ctx.aborted.wait())
+    await asyncio.wait({waiter, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    aborted.cancel()
+    if waiter.done():
+        return None
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(waiter), ctx.grace_s)
+        return None
+    except TimeoutError:
+        _signal_group(proc.pid, signal.SIGKILL)
+        await waiter
+        return "stop-timeout"
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    return "sigkill" if -returncode == signal.SIGKILL else f"signal-{-returncode}"
+
+
+async def _copy(proc: asyncio.subprocess.Process, out: IO[bytes], cap: int) -> bool:
+    """Copy output up to the cap, then keep draining so the child never blocks on a full pipe."""
+    assert proc.stdout is not None
+    written, truncated = 0, False
+    while chunk := await proc.stdout.read(65536):
+        keep = chunk[: max(cap - written, 0)]
+        out.write(keep)
+        written += len(keep)
+        if len(keep) < len(chunk) and not truncated:
+            truncated = True
+            out.write(TRUNCATION_MARK)
+    return truncated

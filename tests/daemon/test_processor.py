@@ -1,0 +1,202 @@
+"""The processor's release discipline and its settled-record path.
+
+Holds must all be given back, in reverse order, on every exit: defer, refuse, settle, success,
+runner error, gate error. The gates here are scripted (pure logic); the real gates run through
+the same processor in the daemon tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatch.config.schemas import Project
+from dispatch.daemon.processor import Processor, ProcessorSettings
+from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse
+from dispatch.gates.settled import SettledGate
+from dispatch.model import Job, Result, RunRecord, Size
+from dispatch.records.mirror import RunMirror
+from dispatch.runners.base import AbortSignal, RunContext, RunResult
+from tests.support.pickups import claim_of
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Ledger:
+    held: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScriptedGate:
+    """Takes `holds` holds (sync or async release), then answers `answer`."""
+
+    name: str
+    ledger: Ledger
+    holds: int
+    answer: str  # admit | defer | refuse | raise
+
+    async def check(self, pickup: Pickup) -> Decision:
+        for i in range(self.holds):
+            label = f"{self.name}.{i}"
+            self.ledger.held.append(label)
+            pickup.hold(label, self._release(label, async_=i % 2 == 1))
+        if self.answer == "defer":
+            return Defer(5_000, "scope-repo")
+        if self.answer == "refuse":
+            return Refuse("dirty-tree", "uncommitted changes")
+        if self.answer == "raise":
+            raise RuntimeError("gate bug")
+        return ADMIT
+
+    def _release(self, label: str, async_: bool):  # type: ignore[no-untyped-def]
+        def sync() -> None:
+            self.ledger.released.append(label)
+
+        async def later() -> None:
+            await asyncio.sleep(0)
+            self.ledger.released.append(label)
+
+        return later if async_ else sync
+
+
+class Runner:
+    def __init__(self, outcome: str = "ok") -> None:
+        self.outcome = outcome
+        self.runs = 0
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        self.runs += 1
+        if self.outcome == "raise":
+            raise RuntimeError("runner bug")
+        return RunResult(started=True, exit_code=0, started_ms=1, ended_ms=2)
+
+
+def processor(runner, gates, tmp_path: Path, mirror=None, **settings) -> Processor:
+    return Processor(ProcessorSettings("h", tmp_path, **settings), runner, gates, mirror=mirror)
+
+
+gate_plans = st.lists(
+    st.tuples(st.integers(0, 3), st.sampled_from(["admit", "admit", "defer", "refuse", "raise"])),
+    min_size=0,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan=gate_plans, runner_outcome=st.sampled_from(["ok", "raise"]))
+def test_every_hold_is_released_in_reverse_on_every_exit(
+    plan: list[tuple[int, str]], runner_outcome: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    ledger = Ledger()
+    gates = [ScriptedGate(f"g{i}", ledger, n, answer) for i, (n, answer) in enumerate(plan)]
+    runner = Runner(runner_outcome)
+    proc = processor(runner, gates, tmp_path_factory.mktemp("out"))
+    job = Job(id="j1", command=["true"])
+
+    async def go() -> str:
+        try:
+            return (await proc.process(claim_of(job), AbortSignal())).action
+        except RuntimeError:
+            return "raised"
+
+    action = asyncio.run(go())
+    assert ledger.released == list(reversed(ledger.held))
+    stopped_at = next((a for _, a in plan if a != "admit"), None)
+    expected = {"defer": "defer", "refuse": "finish", "raise": "raised", None: None}[stopped_at]
+    if expected is None:  # every gate admitted: the runner ran
+        assert runner.runs == 1
+        expected = "raised" if runner_outcome == "raise" else "finish"
+    else:
+        assert runner.runs == 0
+    assert action == expected
+
+
+async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
+    redis, prefix, tmp_path: Path
+) -> None:
+    mirror = RunMirror(redis, prefix)
+    job = Job(id="j2", command=["true"])
+    recorded = RunRecord(
+        id="j2", attempt=1, host="gone", queue="jobs", outcome="completed", exit_code=0,
+        started_at="2026-01-01T00:00:00.000Z",
+    )  # fmt: skip
+    await mirror.put("jobs", recorded, 1)
+    runner = Runner()
+    proc = processor(runner, [SettledGate(mirror)], tmp_path)
+    first_pickup = await proc.process(claim_of(job, stalls=0), AbortSignal())
+    assert runner.runs == 1 and first_pickup.action == "finish"
+    again = await proc.process(claim_of(job, stalls=1), AbortSignal())
+    assert runner.runs == 1  # not run a second time
+    result = msgspec.json.decode(again.payload, type=Result)
+    assert (again.action, result.outcome, result.exit_code) == ("finish", "completed", 0)
+
+
+async def test_a_run_is_mirrored_before_the_claim_ends(redis, prefix, tmp_path: Path) -> None:
+    mirror = RunMirror(redis, prefix)
+    proc = processor(Runner(), [], tmp_path, mirror)
+    await proc.process(claim_of(Job(id="j3", command=["true"])), AbortSignal())
+    record = await mirror.get("jobs", "j3#1")
+    assert record is not None and record.outcome == "completed"
+
+
+class Stubborn:
+    """A run that ignores its abort until told to stop (a container that will not die)."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        await self.gone.wait()
+        return RunResult(started=True, exit_code=137, started_ms=1, ended_ms=2)
+
+
+async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_path: Path) -> None:
+    ledger = Ledger()
+    runner = Stubborn()
+    gates = [ScriptedGate("scope", ledger, 2, "admit")]
+    proc = processor(runner, gates, tmp_path, abort_wait_s=0.01)
+    signal = AbortSignal()
+    signal.abort("operator-cancel")
+    ending = await proc.process(claim_of(Job(id="j4", command=["true"])), signal)
+    assert ending.lingering is not None and ending.action == "finish"
+    assert ledger.released == []  # the folder and the budget are still in use
+    runner.gone.set()
+    await ending.lingering
+
+    async def released() -> bool:  # the release runs as its own task once the run ends
+        return len(ledger.released) == 2
+
+    await eventually(released, 5)
+    assert ledger.released == ["scope.1", "scope.0"]
+
+
+async def test_records_name_the_project_and_size_the_gates_resolved(tmp_path: Path) -> None:
+    class Resolver:
+        name = "project"
+
+        async def check(self, pickup: Pickup) -> Decision:
+            pickup.project = Project(id="acme")
+            pickup.size = JobSize(memory=2 * 1024**3, cpus=1.5)
+            return ADMIT
+
+    seen: list[Job] = []
+
+    class Seeing(Runner):
+        async def run(self, ctx: RunContext) -> RunResult:
+            seen.append(ctx.job)
+            return await super().run(ctx)
+
+    proc = processor(Seeing(), [Resolver()], tmp_path)
+    ending = await proc.process(claim_of(Job(id="j5", command=["true"])), AbortSignal())
+    assert ending.record is not None and ending.record.project == "acme"
+    (job,) = seen
+    assert job.size == Size(memory=str(2 * 1024**3), cpus=1.5)

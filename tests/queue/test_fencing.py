@@ -1,0 +1,138 @@
+"""Fencing through `dispatch.queue.Queue`: only the current claim's token moves a job.
+
+A token goes stale when its lock expired and the job was swept and claimed again, or when the
+claim ended (finish, retry, defer). A stale token can neither finish, retry, defer, extend nor
+ask for a cancel, and changes nothing; the current token can.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatch.errors import LockLost
+from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.anyio
+
+ACTIONS = ["finish", "retry", "defer"]
+
+
+@pytest.fixture
+def queue(redis, prefix) -> Queue:
+    return Queue(redis, "jobs", prefix)
+
+
+async def snapshot(queue: Queue) -> dict[bytes, bytes]:
+    keys = sorted(await queue.redis.keys(f"*{queue.prefix}*"))
+    return {key: await queue.redis.dump(key) for key in keys}
+
+
+async def claim_one(queue: Queue, lock_ms: int = 60_000, host: str = "h") -> Claim:
+    batch = await queue.claim(1, host, lock_ms)
+    assert len(batch.claims) == 1, batch
+    return batch.claims[0]
+
+
+async def sweep_until_requeued(queue: Queue, job_id: str) -> None:
+    """The lock was taken for 1 ms; server time decides when the sweep sees it expired."""
+
+    async def requeued() -> bool:
+        ids, failed = await queue.sweep(max_stalls=5, result=b"{}")
+        assert not failed
+        return job_id in ids
+
+    await eventually(requeued, timeout=5.0, every=0.005)
+
+
+def ending(action: str, claim: Claim) -> Finish:
+    delay = 60_000 if action != "finish" else 0
+    return Finish(action, claim.id, claim.token, b'{"by":"' + claim.token.encode() + b'"}', delay)
+
+
+async def stale_after_sweep(queue: Queue) -> tuple[Claim, Claim]:
+    await queue.enqueue([NewJob("a", b"{}")])
+    stale = await claim_one(queue, lock_ms=1)
+    await sweep_until_requeued(queue, "a")
+    current = await claim_one(queue)
+    assert current.id == "a" and current.token != stale.token and current.stalls == 1
+    return stale, current
+
+
+async def assert_stale(queue: Queue, stale: Claim) -> None:
+    """Every transition with `stale` is refused and nothing changes."""
+    before = await snapshot(queue)
+    for action in ACTIONS:
+        assert await queue.finish([ending(action, stale)]) == [False], action
+    assert await queue.extend([(stale.id, stale.token)], 60_000) == ([stale.id], [])
+    with pytest.raises(LockLost):
+        await queue.request_cancel(stale.id, stale.token, 5_000)
+    assert await snapshot(queue) == before
+
+
+async def test_stale_token_after_sweep_and_reclaim_changes_nothing(queue: Queue) -> None:
+    stale, current = await stale_after_sweep(queue)
+    await assert_stale(queue, stale)
+    assert await queue.redis.hget(queue.keys.lock, "a") == current.token.encode()
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+async def test_current_token_after_reclaim_can_end_the_claim(queue: Queue, action) -> None:
+    stale, current = await stale_after_sweep(queue)
+    assert await queue.extend([(current.id, current.token)], 60_000) == ([], [])
+    await queue.request_cancel(current.id, current.token, 5_000)
+    assert await queue.extend([(current.id, current.token)], 60_000) == ([], ["a"])
+    assert await queue.finish([ending(action, current)]) == [True]
+    target = queue.keys.done if action == "finish" else queue.keys.delayed
+    assert await queue.redis.zscore(target, "a") is not None
+    assert await queue.redis.zcard(queue.keys.active) == 0
+    await assert_stale(queue, current)  # once ended, the current token is stale too
+    await assert_stale(queue, stale)
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+async def test_token_is_stale_once_its_claim_ended(queue: Queue, action) -> None:
+    await queue.enqueue([NewJob("a", b"{}")])
+    claim = await claim_one(queue)
+    assert await queue.finish([ending(action, claim)]) == [True]
+    await assert_stale(queue, claim)
+
+
+async def test_stale_token_after_retry_and_reclaim(queue: Queue) -> None:
+    await queue.enqueue([NewJob("a", b"{}")])
+    first = await claim_one(queue)
+    assert await queue.finish([Finish("retry", "a", first.token, b"{}", 0)]) == [True]
+    second = await claim_one(queue)  # the retry was due at once: promoted and claimed
+    assert (second.id, second.attempt) == ("a", 2)
+    await assert_stale(queue, first)
+    assert await queue.finish([ending("finish", second)]) == [True]
+
+
+async def test_same_host_reclaim_gets_a_new_token(queue: Queue) -> None:
+    stale, current = await stale_after_sweep(queue)
+    assert stale.token.rpartition(":")[0] == current.token.rpartition(":")[0] == "h"
+    assert int(current.token.rpartition(":")[2]) > int(stale.token.rpartition(":")[2])
+
+
+async def test_token_of_one_job_does_not_fence_another(queue: Queue) -> None:
+    await queue.enqueue([NewJob("a", b"{}"), NewJob("b", b"{}")])
+    batch = await queue.claim(2, "h", 60_000)
+    a, b = batch.claims
+    before = await snapshot(queue)
+    assert await queue.finish([Finish("finish", "a", b.token, b"{}")]) == [False]
+    assert await queue.extend([("b", a.token)], 60_000) == (["b"], [])
+    assert await snapshot(queue) == before
+
+
+async def test_finish_and_claim_refuses_stale_and_still_claims(queue: Queue) -> None:
+    stale, current = await stale_after_sweep(queue)
+    await queue.enqueue([NewJob("b", b"{}")])
+    ended, batch = await queue.finish_and_claim([ending("finish", stale)], 5, "h", 60_000)
+    assert ended == [False]
+    assert [c.id for c in batch.claims] == ["b"]
+    assert await queue.redis.hget(queue.keys.lock, "a") == current.token.encode()
+    ended, batch = await queue.finish_and_claim(
+        [ending("finish", current), ending("finish", stale)], 5, "h", 60_000
+    )
+    assert ended == [True, False] and batch.claims == []
+    assert await queue.redis.zscore(queue.keys.done, "a") is not None

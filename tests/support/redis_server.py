@@ -1,0 +1,50 @@
+"""A throwaway redis-server on a free loopback port, for the session fixture and the tests
+that need a port nothing listens on."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_redis_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed; run the README's test command")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.02)
+    proc.kill()
+    pytest.fail("redis-server did not start within 10 s")
