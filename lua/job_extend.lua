@@ -6,7 +6,9 @@ KEYS[3]  cancel   hash  id -> cancel request expiry ms
 ARGV[1]  lock_ms  int   new lock duration from server now
 ARGV[2]  id       str   job id; ARGV[2..3] repeat once per held job
 ARGV[3]  token    str   lock token of the claim
-Returns  {{lost ids}, {ids with a live cancel request}}; a lost lock is not renewed
+Returns  {{lost ids}, {ids with a live cancel request}}; a lost lock is not renewed, and a
+         lock whose deadline has passed is lost even before a sweep took it: the owner
+         may already have stopped the run, so it must not come back to life
 Errors   -4 bad input; nothing is written
 ]]
 local lock_ms = tonumber(ARGV[1])
@@ -25,10 +27,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))
+local deadlines = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local requests = redis.call('HMGET', KEYS[3], unpack(ids))
 local lost, cancels, renew, stale = {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  if locks[i] ~= tokens[i] then
+  local deadline = tonumber(deadlines[i])
+  if locks[i] ~= tokens[i] or not deadline or deadline <= now then
     lost[#lost + 1] = id
   else
     renew[#renew + 1] = now + lock_ms; renew[#renew + 1] = id

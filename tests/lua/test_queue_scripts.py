@@ -534,6 +534,23 @@ async def test_extend_reports_live_cancel_requests_and_drops_stale_ones(q: Q) ->
     assert await q.redis.hkeys(q.k.cancel) == [b"a"]
 
 
+async def test_extend_never_revives_a_lock_whose_deadline_passed(q: Q) -> None:
+    """Even before a sweep took it: the owner may already have stopped the run as lost."""
+    await q.enqueue("a")
+    await q.enqueue("b")
+    reply = await q.claim(1, "h", 1)
+    a_tok = reply[3]
+    await eventually(lambda: _past(q, "a"))
+    b_tok = (await q.claim(1, "h", 60_000))[3]
+    assert await q.extend(60_000, ("a", a_tok), ("b", b_tok)) == [[b"a"], []]
+    assert await q.redis.zscore(q.k.active, "a") < await q.now_ms()
+    assert await q.redis.hget(q.k.lock, "a") == a_tok  # the sweep, not extend, takes it
+
+
+async def _past(q: Q, job_id: str) -> bool:
+    return await q.redis.zscore(q.k.active, job_id) < await q.now_ms()
+
+
 BAD_EXTEND = {
     "no pairs": [1000],
     "odd pair": [1000, "a", "h:1", "b"],
