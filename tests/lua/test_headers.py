@@ -1,4 +1,4 @@
-"""Checks every `lua/*.lua` file, not only the lease scripts, against the rules of DESIGN.md §2.
+"""Checks every `lua/*.lua` file, not only the lease scripts, against the rules of lua/README.md.
 
 - the first line is `#!lua` (so the server itself rejects an undeclared key);
 - a header lists each KEYS[n] and ARGV[n] the body uses, numbered 1..n, and says what it returns;
