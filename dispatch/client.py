@@ -1,6 +1,6 @@
 """The public Python API: what the CLI does, for tools that enqueue from code.
 
-    from dispatch import Client, Job
+    from dispatch import Client, Job, new_id
     async with Client.from_env() as client:
         job_id = (await client.submit(Job(id=new_id(), command=["make", "test"]))).id
         view = await client.get(job_id)

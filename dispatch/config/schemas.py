@@ -2,7 +2,8 @@
 
 Every file is `{"version": 1, ...}`. Names are camelCase on disk. Unknown fields are refused,
 so a typo is a broken file (the last good copy is kept) rather than a silently ignored limit.
-`dispatch.watch` loads, validates and reloads them; gates read one `ConfigSnapshot` per pickup.
+`dispatch.config.watcher` loads, validates and reloads them; gates read one `ConfigSnapshot`
+per pickup.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """The daemon: one asyncio loop that claims, runs and finishes jobs from its queues.
 
-Per queue ("lane") three small loops:
+Per queue ("lane") four small loops:
   pump     claims when there is room and something may be ready: woken by the marker
            watcher, by a timer set to the next due instant, or by a flush that drained it;
   watcher  blocks on the queue's marker (BZPOPMIN) while there is room, so an idle daemon
            sends about one command every few seconds and a new job starts at once;
   flusher  ends finished claims in one script call together with the next claim (one round
-           trip per batch), and appends their run records to the local log in one write.
-Fleet-wide loops: the lock renewer (which also carries cancel requests), the stall sweeper,
-the heartbeat. A lock lost (renewal refused, or Redis unreachable past the lock deadline)
-aborts the run: a job never runs twice at once because a lock lapsed.
+           trip per batch), and appends their run records to the local log in one write;
+  sweeper  puts back (or fails) the queue's jobs whose lock deadline passed.
+One loop each for the whole daemon: the lock renewer (one call per queue, which also carries
+cancel requests) and the heartbeat. A lock lost (renewal refused, or Redis unreachable past the
+lock deadline) aborts the run: a job never runs twice at once because a lock lapsed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,15 @@
 """Every Redis key dispatch uses is spelled here and nowhere else.
 
 A queue's keys share one hash tag, `{<prefix>:<queue>}`, so each queue script touches a single
-cluster slot. Fleet-wide keys (hosts, the queue registry) live outside any queue's slot and are
-only touched by plain commands, never by a multi-key script.
+cluster slot. Fleet-wide keys (hosts, the queue and lease registries) live outside any queue's
+slot and are only touched by plain commands, never by a multi-key script.
+
+A Lua header names each of its KEYS by a field name of `QueueKeys` or `LeaseKeys` below, in that
+script's own order (`job_enqueue` starts with `data`, `job_claim` with `wait`). The field order
+here means nothing to the scripts: each wrapper (`Queue` in `transitions.py`, `FleetLeases` in
+`dispatch/fleet/leases.py`) passes its keys by name, in its script's header order.
+`tests/lua/test_headers.py` checks that every header name is a field here and that one call's
+keys share a slot.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ DEFAULT_PREFIX = "dispatch"
 
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """The keys of one queue. Field order is the contract with the Lua scripts' headers."""
+    """The keys of one queue. Headers name these fields; field order is not KEYS order."""
 
     tag: str
     wait: str  # LIST of job ids ready to claim (claimed from the left)
@@ -28,14 +35,14 @@ class QueueKeys:
     stalls: str  # HASH id -> times its lock expired
     defer: str  # HASH id -> latest defer record JSON
     result: str  # HASH id -> final result JSON
-    dedup: str  # HASH dedup key -> id
-    dedup_exp: str  # ZSET dedup key -> window end ms
+    dedup: str  # HASH dedup key -> "<window end ms> <id>"
+    dedup_exp: str  # ZSET dedup key -> when to look at the entry again (purge schedule)
     marker: str  # ZSET wake-up marker the daemons block on
     paused: str  # STRING present while the queue is paused
     fence: str  # STRING monotonic counter behind lock tokens
     cancel: str  # HASH id -> cancel request expiry ms
     runs: str  # HASH run id -> run record JSON (fleet mirror)
-    runs_idx: str  # ZSET run id -> ended ms (mirror retention)
+    runs_idx: str  # ZSET run id -> recorded ms (newest first for `runs`; mirror retention)
 
     def ack(self, job_id: str) -> str:
         """LIST the owning host pushes its name to when it takes a cancel request."""
@@ -65,7 +72,7 @@ def host_alive(host: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LeaseKeys:
-    """The keys of one fleet lease. Field order after `name` is the contract with lease_*.lua."""
+    """The keys of one fleet lease; lease_*.lua headers name `holders` and `fence`."""
 
     name: str
     holders: str  # ZSET holder id -> expiry (server ms)

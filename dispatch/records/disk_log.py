@@ -1,8 +1,9 @@
 """Run records on this host's disk: append-only JSON lines in the state dir, rotated by size.
 
-The fleet-wide copy lives in Redis (each queue's `runs` hash, written by the finishing script
-in the same call that ends the claim); this file is the host's own history that outlives any
-retention there.
+The fleet-wide copy lives in Redis, in each queue's `runs` hash: `mirror.RunMirror` stores a
+started run's record before its claim ends, and the finishing script stores the others (refusals,
+runs that never started, a record whose early write failed). This file is the host's own
+history, which outlives any retention there.
 """
 
 from __future__ import annotations

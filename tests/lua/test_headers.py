@@ -1,9 +1,9 @@
-"""Checks every `lua/*.lua` file, not only the lease scripts, against the rules of DESIGN.md §2.
+"""Checks every `lua/*.lua` file, not only the lease scripts, against the rules of lua/README.md.
 
 - the first line is `#!lua` (so the server itself rejects an undeclared key);
 - a header lists each KEYS[n] and ARGV[n] the body uses, numbered 1..n, and says what it returns;
 - every key a `redis.call` touches is a KEYS entry, never a name built from strings;
-- the keys dispatch.keys spells for one queue (or one lease) land in one cluster slot.
+- the keys dispatch.queue.keys spells for one queue (or one lease) land in one cluster slot.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def test_every_key_argument_is_a_keys_entry(lua: Path) -> None:
 
 
 def keys_for(lua: Path) -> list[str]:
-    """The keys dispatch.keys gives this script, looked up by the names in its header."""
+    """The keys dispatch.queue.keys gives this script, looked up by the names in its header."""
     family: object = (
         keyspace.lease_keys("gpu") if lua.stem.startswith("lease_") else keyspace.queue_keys("jobs")
     )

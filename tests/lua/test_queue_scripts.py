@@ -1,6 +1,6 @@
 """The queue scripts called directly with explicit KEYS and ARGV, every return code included.
 
-KEYS come from `dispatch.keys.queue_keys` fields, listed here in each header's order (a test
+KEYS come from `dispatch.queue.keys.queue_keys` fields, listed here in each header's order (a test
 checks the lists against the headers). "Nothing written" is checked with a DUMP of every key
 under the test's prefix, before and after.
 """

@@ -1,4 +1,4 @@
-"""Fencing through `dispatch.queue.Queue`: only the current claim's token moves a job.
+"""Fencing through `dispatch.queue.transitions.Queue`: only the current claim's token moves a job.
 
 A token goes stale when its lock expired and the job was swept and claimed again, or when the
 claim ended (finish, retry, defer). A stale token can neither finish, retry, defer, extend nor
