@@ -15,7 +15,7 @@ lint:  ## ruff, as CI runs it
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 
-typecheck:  ## mypy, strict on the package
+typecheck:  ## mypy: strict on the package and bench, bodies checked in tests
 	.venv/bin/mypy
 
 test-fast:  ## the tests that need only Redis: no engine, no daemon processes

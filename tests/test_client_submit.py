@@ -100,6 +100,7 @@ async def test_valid_document_is_stored_as_given(client: Client) -> None:
     raw = json.dumps({"id": "job-2", "command": ["make"], "env": {"CI": "1"}})
     assert await submit_document(client, raw) == "job-2"
     stored = await client.redis.hget(client.queue("jobs").keys.data, "job-2")
+    assert stored is not None
     assert decode_job(stored) == decode_job(raw)
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dispatch.config.schemas import Project
 from dispatch.daemon.processor import Processor, ProcessorSettings
-from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse
+from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
 from dispatch.model import Job, Result, RunRecord, Size
 from dispatch.records.mirror import RunMirror
@@ -57,7 +57,7 @@ class ScriptedGate:
             raise RuntimeError("gate bug")
         return ADMIT
 
-    def _release(self, label: str, async_: bool):  # type: ignore[no-untyped-def]
+    def _release(self, label: str, async_: bool) -> Release:
         def sync() -> None:
             self.ledger.released.append(label)
 

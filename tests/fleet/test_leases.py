@@ -12,6 +12,7 @@ from dispatch import log
 from dispatch.errors import RedisUnavailable
 from dispatch.fleet.leases import (
     FleetLeases,
+    Lease,
     LeaseSettings,
     holder_host,
     holders,
@@ -54,7 +55,8 @@ async def test_acquire_release_and_full(redis, prefix) -> None:
     async with FleetLeases(redis, fast(prefix), host="h1") as leases:
         a = await leases.acquire("gpu", slots=2)
         b = await leases.acquire("gpu", slots=2)
-        assert a and b and b.fence > a.fence and not a.degraded
+        assert a and b and a.fence is not None and b.fence is not None
+        assert b.fence > a.fence and not a.degraded
         assert holder_host(a.holder) == "h1"
         assert await leases.acquire("gpu", slots=2) is None
         assert await leases.release(a)
@@ -67,6 +69,7 @@ async def test_acquire_release_and_full(redis, prefix) -> None:
 async def test_renewer_keeps_the_lease_past_its_ttl(redis, prefix) -> None:
     async with FleetLeases(redis, fast(prefix, ttl_s=0.3), host="h1") as leases:
         lease = await leases.acquire("gpu", slots=1)
+        assert lease is not None
         first_expiry = (await holders(redis, lease.keys))[lease.holder]
 
         async def past_first_expiry():
@@ -80,10 +83,11 @@ async def test_renewer_keeps_the_lease_past_its_ttl(redis, prefix) -> None:
 
 
 async def test_refused_renewal_tells_the_owner(redis, prefix, events) -> None:
-    told = []
+    told: list[Lease] = []
     settings = fast(prefix, ttl_s=0.6, renew_every_s=0.05)
     async with FleetLeases(redis, settings, host="h1") as leases:
         lease = await leases.acquire("gpu", slots=1, on_lost=told.append)
+        assert lease is not None
         await redis.zrem(lease.keys.holders, lease.holder)  # as if it had lapsed
         with anyio.fail_after(5):
             await lease.lost.wait()
@@ -96,6 +100,7 @@ async def test_unreachable_past_the_deadline_is_a_loss(redis, dead_redis, prefix
     settings = fast(prefix, ttl_s=0.4, renew_every_s=0.1, retry_s=0.05)
     async with FleetLeases(redis, settings, host="h1") as leases:
         lease = await leases.acquire("gpu", slots=1)
+        assert lease is not None
         leases.redis = dead_redis
         with anyio.fail_after(5):
             await lease.lost.wait()
@@ -146,8 +151,10 @@ async def test_sweep_releases_this_hosts_stale_holders_only(redis, prefix) -> No
         await before_restart.acquire("disk", slots=3)
     async with FleetLeases(redis, fast(prefix), host="h2") as other:
         theirs = await other.acquire("gpu", slots=3)
+        assert theirs is not None
     async with FleetLeases(redis, fast(prefix), host="h1") as leases:
         mine = await leases.acquire("gpu", slots=3)
+        assert mine is not None
         assert await leases.sweep() == 2
         gpu = await holders(redis, lease_keys("gpu", prefix))
         assert set(gpu) == {theirs.holder, mine.holder}

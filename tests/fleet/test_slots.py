@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatch.fleet.slots import Slots, SlotStatistics
+from dispatch.fleet.slots import Slots, SlotStatistics, Ticket
 
 
 def test_grants_up_to_the_limit_then_counts_denials() -> None:
@@ -52,7 +52,8 @@ OPS = st.lists(st.tuples(st.booleans(), st.integers(0, 20), st.integers(0, 4)), 
 @settings(max_examples=100, deadline=None)
 @given(ops=OPS)
 def test_random_acquire_release_never_exceeds_limit(ops) -> None:
-    slots, tickets, limit = Slots(), [], 3
+    slots, limit = Slots(), 3
+    tickets: list[Ticket] = []
     for take, pick, drop_twice in ops:
         if take:
             ticket = slots.try_acquire("k", limit)

@@ -18,6 +18,7 @@ async def defer_once(queue: Queue, reason: str, at: str) -> DeferRecord:
     payload = msgspec.json.encode(DeferRecord(reason=reason, until=at, at=at))
     assert await queue.finish([Finish("defer", claim.id, claim.token, payload, 60_000)]) == [True]
     raw = await queue.redis.hget(queue.keys.defer, "a")
+    assert raw is not None
     return msgspec.json.decode(raw, type=DeferRecord)
 
 

@@ -23,7 +23,7 @@ def queue(redis, prefix) -> Queue:
     return Queue(redis, "jobs", prefix)
 
 
-async def snapshot(queue: Queue) -> dict[bytes, bytes]:
+async def snapshot(queue: Queue) -> dict[bytes | str, bytes | None]:
     keys = sorted(await queue.redis.keys(f"*{queue.prefix}*"))
     return {key: await queue.redis.dump(key) for key in keys}
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 
 from dispatch.runners.base import RunResult, classify
 
-STARTED = {"started": True, "started_ms": 1, "ended_ms": 2}
+
+class Started(TypedDict):
+    started: bool
+    started_ms: int
+    ended_ms: int
+
+
+STARTED: Started = {"started": True, "started_ms": 1, "ended_ms": 2}
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T]], timeout: float = 10.0, every: float = 0.02
+    check: Callable[[], Awaitable[T | Literal[False] | None]],
+    timeout: float = 10.0,
+    every: float = 0.02,
 ) -> T:
     """Return check()'s first truthy value; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -24,7 +26,9 @@ async def eventually(
         await asyncio.sleep(every)
 
 
-def eventually_sync(check: Callable[[], T], timeout: float = 10.0, every: float = 0.05) -> T:
+def eventually_sync(
+    check: Callable[[], T | Literal[False] | None], timeout: float = 10.0, every: float = 0.05
+) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
