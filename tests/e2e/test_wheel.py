@@ -25,8 +25,9 @@ def run(*args: str | Path, cwd: Path) -> str:
 
 
 def build_wheel(out: Path) -> Path:
-    # pip fetches hatchling into an isolated build env from the index: PyPI is all CI can reach
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, REPO, cwd=out.parent)
+    """The wheel built the way a release is: from the sdist, so both must carry lua/.
+    Hatchling comes from the index into an isolated build env: PyPI is all CI can reach."""
+    run(sys.executable, "-m", "build", "--outdir", out, REPO, cwd=out.parent)
     (wheel,) = out.glob("dispatch-*.whl")
     return wheel
 
