@@ -3,7 +3,7 @@
     redis            reachable (the URL's host and port only: never its password)
     redis-version    Redis >= 7.0 or Valkey >= 7.2 (the scripts need `#!lua` and its flags)
     maxmemory-policy anything but `noeviction` is a warning: the server could evict queue keys
-    scripts          every Lua script loads
+    scripts          every Lua script loads; names the folder they came from (wheel or checkout)
     docker           the engine answers; its version and the API version we negotiated
     image            the default job image is present (jobs never pull)
     config           every watched config file is valid and of this release's version
@@ -27,7 +27,8 @@ from redis.exceptions import RedisError
 
 from dispatch.config.schemas import FILES
 from dispatch.config.settings import Settings
-from dispatch.queue.scripts import all_scripts, load_all
+from dispatch.errors import ConfigError
+from dispatch.queue.scripts import all_scripts, load_all, lua_dir
 from dispatch.runners.docker import DockerClient, DockerError, ImageMissing
 
 _MIN_REDIS = (7, 0)
@@ -108,9 +109,11 @@ async def redis_checks(redis_url: str) -> list[Check]:
 async def _scripts_check(redis: Redis) -> Check:
     try:
         await load_all(redis)
+    except ConfigError as exc:
+        return Check("scripts", False, str(exc))
     except (RedisError, OSError) as exc:
         return Check("scripts", False, f"load failed: {exc}")
-    return Check("scripts", True, f"{len(all_scripts())} loaded")
+    return Check("scripts", True, f"{len(all_scripts())} loaded from {lua_dir()}")
 
 
 async def docker_checks(docker_host: str | None, image: str | None) -> list[Check]:

@@ -1,5 +1,9 @@
 """Loads the Lua scripts in `lua/` and calls them by SHA.
 
+The scripts are found by `lua_dir`: in an installed wheel they sit inside the package
+(`dispatch/lua/`, copied there at build time from the repository's top-level `lua/`); in a source
+checkout or an editable install, the package has no `lua/` and the top-level folder is read as is.
+
 Each script's SHA is computed locally; a call goes out as EVALSHA and, on NOSCRIPT (a restarted
 or failed-over server), the source is loaded once and the call retried. Scripts return plain
 values; negative integers are error codes, mirrored by `Code` and turned into exceptions by
@@ -13,6 +17,7 @@ import re
 from collections.abc import Sequence
 from enum import IntEnum
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +25,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound, ScriptError
-
-LUA_DIR = Path(__file__).resolve().parents[2] / "lua"
+from dispatch.errors import ConfigError, Conflict, InvalidJob, LockLost, NotFound, ScriptError
 
 Arg = str | int | float | bytes
 
@@ -58,6 +61,18 @@ def checked(reply: Any, what: str) -> Any:
     return reply
 
 
+@cache
+def lua_dir() -> Path:
+    """The folder of the scripts: the installed package's copy, else the checkout's `lua/`."""
+    # pip unpacks a wheel onto disk, so the package's resources are plain files
+    packaged = Path(str(files("dispatch") / "lua"))
+    checkout = Path(__file__).resolve().parents[2] / "lua"
+    for folder in (packaged, checkout):
+        if folder.is_dir():
+            return folder
+    raise ConfigError(f"no Lua scripts in {packaged} or {checkout}: reinstall dispatch")
+
+
 _HEADER_ITEM = re.compile(r"^(KEYS|ARGV)\[(\d+)\]", re.MULTILINE)
 
 
@@ -66,7 +81,7 @@ class Script:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = (LUA_DIR / f"{name}.lua").read_text()
+        self.source = (lua_dir() / f"{name}.lua").read_text()
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def declared(self, kind: str) -> int:
@@ -91,7 +106,7 @@ def script(name: str) -> Script:
 
 
 def all_scripts() -> list[Script]:
-    return [script(p.stem) for p in sorted(LUA_DIR.glob("*.lua"))]
+    return [script(p.stem) for p in sorted(lua_dir().glob("*.lua"))]
 
 
 async def load_all(redis: Redis) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dispatch.queue import keys as keyspace
-from dispatch.queue.scripts import LUA_DIR, Script
+from dispatch.queue.scripts import Script, lua_dir
 
-SCRIPTS = sorted(LUA_DIR.glob("*.lua"))
+SCRIPTS = sorted(lua_dir().glob("*.lua"))
 # commands whose first argument is not a key
 KEYLESS = {"TIME", "PING", "ECHO", "PUBLISH", "SPUBLISH", "INFO", "DBSIZE"}
 # commands whose first two arguments are both keys

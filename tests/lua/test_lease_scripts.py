@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch.queue.keys import lease_keys
-from dispatch.queue.scripts import LUA_DIR, Code, script
+from dispatch.queue.scripts import Code, lua_dir, script
 from tests.support.polling import eventually
 
 BAD = Code.BAD_INPUT
@@ -209,7 +209,7 @@ def test_random_interleavings_never_exceed_n(redis_url, slots, ops) -> None:
 def cli(redis_url, name, keys, args):
     url = urlparse(redis_url)
     command = ["redis-cli", "-h", url.hostname, "-p", str(url.port), "--no-raw", "--eval"]
-    command += [str(LUA_DIR / f"{name}.lua"), *keys, ",", *map(str, args)]
+    command += [str(lua_dir() / f"{name}.lua"), *keys, ",", *map(str, args)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
     return done.stdout.strip()
 

@@ -7,12 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tests.support.polling import eventually_sync
+
+# the checkout's CLI; tests/e2e/test_wheel.py passes the one a built wheel installed instead
+SOURCE = (sys.executable, "-m", "dispatch")
 
 
 def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> dict[str, str]:
@@ -30,10 +33,10 @@ def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> di
 
 
 def dispatch(
-    env: dict[str, str], *args: str, stdin: bytes | None = None
+    env: dict[str, str], *args: str, stdin: bytes | None = None, program: Sequence[str] = SOURCE
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dispatch", *args],
+        [*program, *args],
         env=env,
         input=stdin.decode() if stdin is not None else None,
         capture_output=True,
@@ -42,16 +45,18 @@ def dispatch(
     )
 
 
-def dispatch_json(env: dict[str, str], *args: str) -> Any:
-    done = dispatch(env, *args, "--json")
+def dispatch_json(env: dict[str, str], *args: str, program: Sequence[str] = SOURCE) -> Any:
+    done = dispatch(env, *args, "--json", program=program)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 @contextmanager
-def daemon(env: dict[str, str], command: str = "worker") -> Iterator[subprocess.Popen[bytes]]:
+def daemon(
+    env: dict[str, str], command: str = "worker", program: Sequence[str] = SOURCE
+) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dispatch", command],
+        [*program, command],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -70,10 +75,16 @@ def daemon(env: dict[str, str], command: str = "worker") -> Iterator[subprocess.
             proc.stderr.close()
 
 
-def state_of(env: dict[str, str], job_id: str) -> str:
-    views = dispatch_json(env, "jobs")
+def state_of(env: dict[str, str], job_id: str, program: Sequence[str] = SOURCE) -> str:
+    views = dispatch_json(env, "jobs", program=program)
     return next((v["state"] for v in views if v["id"] == job_id), "missing")
 
 
-def wait_state(env: dict[str, str], job_id: str, *states: str, timeout: float = 30.0) -> str:
-    return eventually_sync(lambda: (s := state_of(env, job_id)) in states and s, timeout)
+def wait_state(
+    env: dict[str, str],
+    job_id: str,
+    *states: str,
+    timeout: float = 30.0,
+    program: Sequence[str] = SOURCE,
+) -> str:
+    return eventually_sync(lambda: (s := state_of(env, job_id, program)) in states and s, timeout)
