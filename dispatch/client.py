@@ -38,6 +38,7 @@ from dispatch.model import (
 from dispatch.queue import keys
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
+from dispatch.reasons import CANCELLED, OPERATOR_CANCEL
 from dispatch.records.disk_log import decode as decode_record
 
 HOUR_MS = 3_600_000
@@ -191,15 +192,15 @@ class Client:
             attempt=view.attempt,
             host=self.host,
             queue=view.queue,
-            outcome="cancelled",
-            reason="operator-cancel",
+            outcome=CANCELLED,
+            reason=OPERATOR_CANCEL,
             queued_at=view.queued_at,
             ended_at=iso(SystemClock().now_ms()),
         )
         result = Result(
             state="cancelled",
-            outcome="cancelled",
-            reason="operator-cancel",
+            outcome=CANCELLED,
+            reason=OPERATOR_CANCEL,
             host=self.host,
             ended_at=record.ended_at or "",
         )

@@ -1,14 +1,15 @@
-"""The reason catalogue: one entry per token, each explained, found again from what is stored."""
+"""The reason catalogue: one entry per token, each explained, and no token spelled elsewhere."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import get_args
 
 import pytest
 
 from dispatch import reasons
-from dispatch.model import Result, encoder
+from dispatch.model import Result, State, encoder
 from dispatch.reasons import (
     CATALOGUE,
     CREATE_FAILED,
@@ -25,7 +26,12 @@ from dispatch.reasons import (
     with_error,
 )
 
+PACKAGE = Path(reasons.__file__).parent
 KEBAB = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+# a quoted string on one line, any prefix (r, b, f, ...); its body without the quotes
+LITERAL = re.compile(r"""(?<![\w])[rRbBuUfF]{0,2}(["'])([^"'\\\n]*)\1""")
+# a line that spells a token's word for something else (a gate's name, an engine's event)
+EXEMPT = "# not a reason"
 
 
 def test_every_token_is_unique_and_kebab_case() -> None:
@@ -78,3 +84,18 @@ def test_an_error_message_is_cut_to_fit_a_record_field() -> None:
 def test_records_store_tokens_as_plain_strings() -> None:
     result = Result(state="failed", outcome=POLICY, reason=DIRTY_TREE)
     assert encoder.encode(result) == b'{"state":"failed","outcome":"policy","reason":"dirty-tree"}'
+
+
+def test_no_module_spells_a_token_itself() -> None:
+    # a job state shares its word with an outcome ("failed"); a regex cannot tell them apart
+    tokens = set(CATALOGUE) - set(get_args(State))
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{number}: {body!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != PACKAGE / "reasons.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if EXEMPT not in line
+        for _, body in LITERAL.findall(line)
+        if body in tokens
+    ]
+    assert found == [], "use the constant from dispatch/reasons.py:\n" + "\n".join(found)

@@ -8,22 +8,7 @@ import msgspec
 
 from dispatch.client import CancelAnswer, JobView
 from dispatch.model import RunRecord
-
-# which gate holds a job, by the reason it recorded
-_GATES = {
-    "newer-release": "head gate: written by a newer release",
-    "pause-window": "pause-window gate",
-    "size-never-fits": "size gate: too big for this host, another may fit it",
-    "host-slot": "host-slot gate: every slot of the host is busy",
-    "scope-folder": "scope gate: another job is working in this folder",
-    "chained": "scope gate: waiting for its parent's folder",
-    "scope-repo": "scope gate: the repo's concurrent limit is reached",
-    "scope-project": "scope gate: the project's concurrent limit is reached",
-    "endpoint": "endpoint gate: every slot of the model endpoint is busy",
-    "host-budget": "host-budget gate: memory or CPUs of the host are taken",
-    "retry": "retry after an infrastructure failure",
-    "shutdown": "its host shut down before it ran",
-}
+from dispatch.reasons import lookup
 
 _STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed"]
 
@@ -99,7 +84,7 @@ def _state_sentences(v: JobView) -> list[str]:
             return [f"It is scheduled to start at {v.until}."]
         d = v.defer
         said = [
-            f"It waits: {d.reason} ({_GATES.get(d.reason, 'see the reason')}),"
+            f"It waits: {d.reason} ({_explained(d.reason)}),"
             f" since {d.since or d.at}, until {v.until}; last checked at {d.at}"
             f" by {d.host or 'a host'}."
         ]
@@ -117,6 +102,12 @@ def _state_sentences(v: JobView) -> list[str]:
         + (f" ({r.reason})" if r.reason else "")
         + f"{exit_part}."
     ]
+
+
+def _explained(token: str) -> str:
+    """Where a reason comes from and what it means; a newer release's token is shown as is."""
+    entry = lookup(token)
+    return f"{entry.source}: {entry.sentence}" if entry else "see the reason"
 
 
 def cancel_line(job_id: str, answer: CancelAnswer) -> tuple[str, int]:
