@@ -38,7 +38,7 @@ from dispatch.model import (
 from dispatch.queue import keys
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
-from dispatch.reasons import CANCELLED, OPERATOR_CANCEL
+from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.disk_log import decode as decode_record
 
 HOUR_MS = 3_600_000
@@ -70,12 +70,21 @@ class JobView:
             return self.result.reason
         return self.defer.reason if self.defer and self.state == "delayed" else ""
 
+    @property
+    def sentence(self) -> str:
+        """The reason in plain words: the refusing gate's own, else the catalogue's."""
+        if self.result is not None and self.result.sentence:
+            return self.result.sentence
+        entry = lookup(self.reason)
+        return entry.sentence if entry else ""
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "queue": self.queue,
             "state": self.state,
             "reason": self.reason,
+            "sentence": self.sentence,
             "until": self.until,
             "attempt": self.attempt,
             "owner": self.owner,

@@ -204,6 +204,7 @@ class Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: State
     outcome: Outcome
     reason: str = ""
+    sentence: str = ""  # a refusal's reason in plain words, as the refusing gate put it
     exit_code: int | None = None
     host: str = ""
     ended_at: str = ""
@@ -232,6 +233,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     queue: str
     outcome: Outcome
     reason: str = ""
+    sentence: str = ""  # a refusal's reason in plain words, as the refusing gate put it
     exit_code: int | None = None
     queued_at: str | None = None
     started_at: str | None = None

@@ -308,6 +308,7 @@ class Processor:
             queue=claim.queue,
             outcome=outcome,
             reason=r.reason,
+            sentence=r.sentence,
             queued_at=iso(claim.queued_ms),
             ended_at=iso(now),
             target=job.target() if job else "",
@@ -316,6 +317,7 @@ class Processor:
             state="failed",
             outcome=outcome,
             reason=r.reason,
+            sentence=r.sentence,
             host=self.s.host,
             ended_at=iso(now) or "",
         )
