@@ -38,6 +38,7 @@ from dispatch.model import (
 from dispatch.queue import keys
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
+from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.disk_log import decode as decode_record
 
 HOUR_MS = 3_600_000
@@ -69,12 +70,21 @@ class JobView:
             return self.result.reason
         return self.defer.reason if self.defer and self.state == "delayed" else ""
 
+    @property
+    def sentence(self) -> str:
+        """The reason in plain words: the refusing gate's own, else the catalogue's."""
+        if self.result is not None and self.result.sentence:
+            return self.result.sentence
+        entry = lookup(self.reason)
+        return entry.sentence if entry else ""
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "queue": self.queue,
             "state": self.state,
             "reason": self.reason,
+            "sentence": self.sentence,
             "until": self.until,
             "attempt": self.attempt,
             "owner": self.owner,
@@ -191,15 +201,15 @@ class Client:
             attempt=view.attempt,
             host=self.host,
             queue=view.queue,
-            outcome="cancelled",
-            reason="operator-cancel",
+            outcome=CANCELLED,
+            reason=OPERATOR_CANCEL,
             queued_at=view.queued_at,
             ended_at=iso(SystemClock().now_ms()),
         )
         result = Result(
             state="cancelled",
-            outcome="cancelled",
-            reason="operator-cancel",
+            outcome=CANCELLED,
+            reason=OPERATOR_CANCEL,
             host=self.host,
             ended_at=record.ended_at or "",
         )

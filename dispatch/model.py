@@ -18,6 +18,7 @@ from typing import Literal
 import msgspec
 
 from dispatch.errors import InvalidJob
+from dispatch.reasons import Outcome
 
 JOB_VERSION = 1
 MAX_JOB_BYTES = 64 * 1024
@@ -31,7 +32,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MEMORY = re.compile(r"\d+(\.\d+)?[kmgKMG]?")
 
 Kind = Literal["plain", "local", "forge"]
-Outcome = Literal["completed", "policy", "failed", "infra", "cancelled"]
 State = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
 
 
@@ -204,6 +204,7 @@ class Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: State
     outcome: Outcome
     reason: str = ""
+    sentence: str = ""  # a refusal's reason in plain words, as the refusing gate put it
     exit_code: int | None = None
     host: str = ""
     ended_at: str = ""
@@ -232,6 +233,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     queue: str
     outcome: Outcome
     reason: str = ""
+    sentence: str = ""  # a refusal's reason in plain words, as the refusing gate put it
     exit_code: int | None = None
     queued_at: str | None = None
     started_at: str | None = None

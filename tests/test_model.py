@@ -17,8 +17,11 @@ from dispatch.model import (
     JOB_VERSION,
     MAX_JOB_BYTES,
     Job,
+    Result,
+    RunRecord,
     decode_job,
     encode_job,
+    encoder,
     peek_version,
     validate,
 )
@@ -174,3 +177,12 @@ def test_ids_and_env_names_of_the_documented_form_are_accepted(ident: str, name:
     job = decode_job(doc(id=ident, env={name: "v"}))
     assert (job.id, list(job.env)) == (ident, [name])
     assert msgspec.json.decode(encode_job(job))["id"] == ident
+
+
+def test_records_from_before_sentences_decode_and_an_empty_one_is_not_written() -> None:
+    old = b'{"id":"a","attempt":1,"host":"h","queue":"jobs","outcome":"policy","reason":"r"}'
+    record = msgspec.json.decode(old, type=RunRecord)
+    assert record.sentence == "" and encoder.encode(record) == old
+    old_result = b'{"state":"failed","outcome":"policy","reason":"r"}'
+    result = msgspec.json.decode(old_result, type=Result)
+    assert result.sentence == "" and encoder.encode(result) == old_result

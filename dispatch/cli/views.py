@@ -7,23 +7,8 @@ from collections.abc import Sequence
 import msgspec
 
 from dispatch.client import CancelAnswer, JobView
-from dispatch.model import RunRecord
-
-# which gate holds a job, by the reason it recorded
-_GATES = {
-    "newer-release": "head gate: written by a newer release",
-    "pause-window": "pause-window gate",
-    "size-never-fits": "size gate: too big for this host, another may fit it",
-    "host-slot": "host-slot gate: every slot of the host is busy",
-    "scope-folder": "scope gate: another job is working in this folder",
-    "chained": "scope gate: waiting for its parent's folder",
-    "scope-repo": "scope gate: the repo's concurrent limit is reached",
-    "scope-project": "scope gate: the project's concurrent limit is reached",
-    "endpoint": "endpoint gate: every slot of the model endpoint is busy",
-    "host-budget": "host-budget gate: memory or CPUs of the host are taken",
-    "retry": "retry after an infrastructure failure",
-    "shutdown": "its host shut down before it ran",
-}
+from dispatch.model import DeferRecord, Result, RunRecord, one_line
+from dispatch.reasons import lookup
 
 _STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed"]
 
@@ -61,10 +46,11 @@ def runs_table(records: Sequence[RunRecord]) -> str:
             r.outcome,
             r.reason or "-",
             "-" if r.exit_code is None else str(r.exit_code),
+            one_line(r.sentence) or "-",  # last: a long sentence moves no other column
         )
         for r in records
     ]
-    return _table(rows, ("ENDED", "ID", "ATTEMPT", "HOST", "OUTCOME", "REASON", "EXIT"))
+    return _table(rows, ("ENDED", "ID", "ATTEMPT", "HOST", "OUTCOME", "REASON", "EXIT", "WHY"))
 
 
 def runs_json(records: Sequence[RunRecord]) -> str:
@@ -97,26 +83,50 @@ def _state_sentences(v: JobView) -> list[str]:
     if v.state == "delayed":
         if v.defer is None:
             return [f"It is scheduled to start at {v.until}."]
-        d = v.defer
-        said = [
-            f"It waits: {d.reason} ({_GATES.get(d.reason, 'see the reason')}),"
-            f" since {d.since or d.at}, until {v.until}; last checked at {d.at}"
-            f" by {d.host or 'a host'}."
-        ]
-        if d.holder:
-            said.append(f"What it needs is held by {d.holder}.")
-        if d.detail:
-            said.append(f"Detail: {d.detail}.")
-        return said
-    r = v.result
-    if r is None:
+        return _waiting(v, v.defer)
+    if v.result is None:
         return ["It finished; its result is no longer kept."]
+    return _ended(v, v.result)
+
+
+def _waiting(v: JobView, d: DeferRecord) -> list[str]:
+    said = [
+        f"It waits: {d.reason} ({_explained(d.reason)}),"
+        f" since {d.since or d.at}, until {v.until}; last checked at {d.at}"
+        f" by {d.host or 'a host'}."
+    ]
+    if d.holder:
+        said.append(f"What it needs is held by {d.holder}.")
+    if d.detail:
+        said.append(f"Detail: {d.detail}.")
+    return said
+
+
+def _ended(v: JobView, r: Result) -> list[str]:
     exit_part = f", exit code {r.exit_code}" if r.exit_code is not None else ""
-    return [
+    said = [
         f"It ended {r.ended_at} on {r.host or 'a host'}: {r.outcome}"
         + (f" ({r.reason})" if r.reason else "")
         + f"{exit_part}."
     ]
+    if v.sentence:
+        said.append(f"Why{_source(r.reason)}: {_period(one_line(v.sentence))}")
+    return said
+
+
+def _explained(token: str) -> str:
+    """Where a reason comes from and what it means; a newer release's token is shown as is."""
+    entry = lookup(token)
+    return f"{entry.source}: {entry.sentence}" if entry else "see the reason"
+
+
+def _source(token: str) -> str:
+    entry = lookup(token)
+    return f" ({entry.source})" if entry else ""
+
+
+def _period(sentence: str) -> str:
+    return sentence if sentence.endswith((".", "!", "?")) else sentence + "."
 
 
 def cancel_line(job_id: str, answer: CancelAnswer) -> tuple[str, int]:

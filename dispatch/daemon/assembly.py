@@ -26,11 +26,12 @@ from dispatch.gates.pipeline import GateDeps, pipeline
 from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
+from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
 from dispatch.runners.process import ProcessRunner
 
-HELD_BY_CONFIG = frozenset({"newer-release", "pause-window"})
+HELD_BY_CONFIG = frozenset({NEWER_RELEASE, PAUSE_WINDOW})
 
 
 def make_runner(settings: Settings) -> Runner:

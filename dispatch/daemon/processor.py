@@ -35,7 +35,6 @@ from dispatch.model import (
     JOB_VERSION,
     DeferRecord,
     Job,
-    Outcome,
     Result,
     RunRecord,
     Size,
@@ -46,6 +45,22 @@ from dispatch.model import (
     peek_version,
 )
 from dispatch.queue.transitions import Claim
+from dispatch.reasons import (
+    ABORT_UNCONFIRMED,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    INFRA,
+    INTERNAL_ERROR,
+    INVALID_JOB,
+    JOB_TIMEOUT,
+    LOCK_LOST,
+    NEWER_RELEASE,
+    POLICY,
+    RETRY,
+    SHUTDOWN,
+    Outcome,
+)
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
 
@@ -95,12 +110,12 @@ class Processor:
         version = peek_version(claim.data)
         if version > JOB_VERSION:
             return self._defer(
-                claim, Defer(NEWER_RELEASE_DELAY_MS, "newer-release", detail=f"v{version}")
+                claim, Defer(NEWER_RELEASE_DELAY_MS, NEWER_RELEASE, detail=f"v{version}")
             )
         try:
             job = decode_job(claim.data)
         except InvalidJob as exc:
-            return self._refuse(claim, None, Refuse("invalid-job", str(exc)))
+            return self._refuse(claim, None, Refuse(INVALID_JOB, str(exc)))
         pickup = Pickup(claim, job, signal, self.config())
         lingering = None
         try:
@@ -139,10 +154,10 @@ class Processor:
             grace_s=self.s.stop_grace_s,
             signal=signal,
         )
-        if signal.event.is_set() and signal.reason == "shutdown":
-            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job)
+        if signal.event.is_set() and signal.reason == SHUTDOWN:
+            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, SHUTDOWN), job)
         timer = asyncio.get_running_loop().call_later(
-            job.timeout_ms / 1000, signal.abort, "job-timeout"
+            job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
         try:
             result, lingering = await self._watch(ctx)
@@ -199,13 +214,13 @@ class Processor:
         if task.done():
             return task.result(), None
         event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)
-        return RunResult(started=True, error="abort-unconfirmed"), task
+        return RunResult(started=True, error=ABORT_UNCONFIRMED), task
 
     def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
         outcome, reason = classify(result, abort_reason)
         record = self._record(claim, job, result, outcome, reason)
-        if abort_reason == "shutdown":
-            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, "shutdown"), job, record)
+        if abort_reason == SHUTDOWN:
+            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, SHUTDOWN), job, record)
         return self._ending_for(claim, job, result, outcome, reason, record)
 
     def _ending_for(
@@ -217,11 +232,12 @@ class Processor:
         reason: str,
         record: RunRecord,
     ) -> Ending:
-        if outcome == "infra" and reason != "lock-lost" and claim.attempt < job.attempts:
+        if outcome == INFRA and reason != LOCK_LOST and claim.attempt < job.attempts:
             delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
-            return self._defer(claim, Defer(delay, "retry", detail=reason), job, record, "retry")
-        state: State = "completed" if outcome == "completed" else "failed"
-        if outcome == "cancelled":
+            retry = Defer(delay, RETRY, detail=reason)
+            return self._defer(claim, retry, job, record, "retry")  # not a reason: the action
+        state: State = "completed" if outcome == COMPLETED else "failed"
+        if outcome == CANCELLED:
             state = "cancelled"
         res = Result(
             state=state,
@@ -281,7 +297,7 @@ class Processor:
         return Ending(action, encoder.encode(rec), d.delay_ms, record)
 
     def _refuse(
-        self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = "policy"
+        self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = POLICY
     ) -> Ending:
         now = self.clock.now_ms()
         event("job_refused", job=claim.id, reason=r.reason, why=r.sentence)
@@ -292,6 +308,7 @@ class Processor:
             queue=claim.queue,
             outcome=outcome,
             reason=r.reason,
+            sentence=r.sentence,
             queued_at=iso(claim.queued_ms),
             ended_at=iso(now),
             target=job.target() if job else "",
@@ -300,6 +317,7 @@ class Processor:
             state="failed",
             outcome=outcome,
             reason=r.reason,
+            sentence=r.sentence,
             host=self.s.host,
             ended_at=iso(now) or "",
         )
@@ -308,7 +326,7 @@ class Processor:
     def crashed(self, claim: Claim, exc: BaseException) -> Ending:
         """A bug fails the job for good, with the error recorded."""
         return self._refuse(
-            claim, None, Refuse("internal-error", f"{type(exc).__name__}: {exc}"), "failed"
+            claim, None, Refuse(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), FAILED
         )
 
 

@@ -33,6 +33,7 @@ from dispatch.model import Result, encoder, iso
 from dispatch.queue import keys
 from dispatch.queue.scripts import load_all
 from dispatch.queue.transitions import Claim, ClaimBatch, Finish, Queue
+from dispatch.reasons import INFRA, LOCK_LOST, OPERATOR_CANCEL, SHUTDOWN, STALLED
 from dispatch.records.disk_log import RecordLog, encode
 from dispatch.runners.base import AbortSignal
 
@@ -150,7 +151,7 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.idle.wait(), self.s.shutdown_grace_s)
         for entry in self.running.values():
-            entry.signal.abort("shutdown")
+            entry.signal.abort(SHUTDOWN)
         await self.idle.wait()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10.0
@@ -352,7 +353,7 @@ class Worker:
                 entry.renewed_at = sent
             for job_id in lost:
                 event("lock_lost", job=job_id, queue=name)
-                held[job_id].signal.abort("lock-lost")
+                held[job_id].signal.abort(LOCK_LOST)
             for job_id in cancels:
                 await self._take_cancel(lane, held[job_id])
 
@@ -362,12 +363,12 @@ class Worker:
         margin = 1.0
         for entry in entries:
             if now - entry.renewed_at > self.s.lock_ms / 1000 - margin:
-                entry.signal.abort("lock-lost")
+                entry.signal.abort(LOCK_LOST)
 
     async def _take_cancel(self, lane: Lane, entry: Running) -> None:
         if entry.signal.event.is_set():
             return
-        entry.signal.abort("operator-cancel")
+        entry.signal.abort(OPERATOR_CANCEL)
         event("cancel_taken", job=entry.claim.id)
         ack = lane.queue.keys.ack(entry.claim.id)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -381,8 +382,8 @@ class Worker:
         async def sweep() -> None:
             result = Result(
                 state="failed",
-                outcome="infra",
-                reason="stalled",
+                outcome=INFRA,
+                reason=STALLED,
                 host=self.s.host,
                 ended_at=iso(self.clock.now_ms()) or "",
             )

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import anyio
 
 from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
+from dispatch.reasons import DIRTY_TREE
 
 _ABSOLUTE_PATH = re.compile(r"/[^\s'\"`:]+")
 _MAX_FILE_BYTES = 1 << 20
@@ -128,7 +129,7 @@ def _read_regular(path: str) -> bytes:
 
 
 class DirtyTreeGate:
-    name = "dirty-tree"
+    name = "dirty-tree"  # not a reason: the gate's own name
 
     def __init__(self, timeout_s: float = 10.0, git: str = "git") -> None:
         self._timeout_s = timeout_s
@@ -143,7 +144,7 @@ class DirtyTreeGate:
             repo = await self._inspect(job.folder)
         except _Unsafe as exc:
             return Refuse(
-                "dirty-tree",
+                DIRTY_TREE,
                 f"cannot check {base} safely: {exc}; clean it up or submit with --force",
             )
         except TimeoutError:
@@ -156,7 +157,7 @@ class DirtyTreeGate:
             return _cannot_tell(base, why)
         if changes:
             return Refuse(
-                "dirty-tree",
+                DIRTY_TREE,
                 f"{base} has uncommitted changes (git status is not clean); commit or stash "
                 "them, or submit the job with force",
             )
@@ -210,7 +211,7 @@ class DirtyTreeGate:
 
 
 def _cannot_tell(base: str, why: str) -> Refuse:
-    return Refuse("dirty-tree", f"cannot tell whether {base} has uncommitted changes: {why}")
+    return Refuse(DIRTY_TREE, f"cannot tell whether {base} has uncommitted changes: {why}")
 
 
 def _git_env() -> dict[str, str]:

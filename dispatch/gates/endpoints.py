@@ -20,10 +20,13 @@ from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, ENDPOINT_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.hold import Bound, lease_name, take
+from dispatch.reasons import ENDPOINT
+
+_LEASE_KIND = "endpoint"  # not a reason: what the fleet lease names
 
 
 class EndpointGate:
-    name = "endpoint"
+    name = "endpoint"  # not a reason: the gate's own name
 
     def __init__(self, slots: Slots, leases: FleetLeases) -> None:
         self.slots = slots
@@ -35,7 +38,7 @@ class EndpointGate:
         for endpoint in serving(pickup.config.endpoints, pickup.model):
             busy = await take(pickup, self.slots, self.leases, _bound(endpoint))
             if busy is not None:
-                return Defer(ENDPOINT_DELAY_MS, "endpoint", busy.holder, busy.detail)
+                return Defer(ENDPOINT_DELAY_MS, ENDPOINT, busy.holder, busy.detail)
         return ADMIT
 
 
@@ -77,5 +80,5 @@ def _hostname(host: str) -> str:
 
 
 def _bound(endpoint: Endpoint) -> Bound:
-    lease = None if per_machine(endpoint.host) else lease_name("endpoint", endpoint.id)
+    lease = None if per_machine(endpoint.host) else lease_name(_LEASE_KIND, endpoint.id)
     return Bound(f"endpoint:{endpoint.id}", endpoint.slots, f"endpoint {endpoint.id}", lease)

@@ -6,6 +6,7 @@ gate's own, later in the order."""
 from __future__ import annotations
 
 from dispatch.gates.base import ADMIT, NEWER_RELEASE_DELAY_MS, Decision, Defer, Pickup
+from dispatch.reasons import NEWER_RELEASE
 
 
 class HeadGate:
@@ -16,4 +17,4 @@ class HeadGate:
         if not newer:
             return ADMIT
         detail = f"{', '.join(newer)} written by a newer release; upgrade this host"
-        return Defer(NEWER_RELEASE_DELAY_MS, "newer-release", detail=detail)
+        return Defer(NEWER_RELEASE_DELAY_MS, NEWER_RELEASE, detail=detail)

@@ -20,6 +20,7 @@ from dispatch.fleet.leases import FleetLeases, Lease, holder_host, holders
 from dispatch.fleet.slots import Slots, Ticket
 from dispatch.gates.base import Pickup
 from dispatch.queue.keys import lease_keys
+from dispatch.reasons import LEASE_LOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ def _busy(bound: Bound, held_by: list[str], where: str) -> Busy:
 
 def _abort_on_loss(pickup: Pickup) -> Callable[[Lease], None]:
     def lost(_lease: Lease) -> None:
-        pickup.signal.abort("lease-lost")
+        pickup.signal.abort(LEASE_LOST)
 
     return lost
 

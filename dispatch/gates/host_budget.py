@@ -21,6 +21,7 @@ from typing import Literal
 from dispatch.config.schemas import Project
 from dispatch.config.settings import Settings
 from dispatch.gates.base import ADMIT, HOST_BUDGET_DELAY_MS, Decision, Defer, JobSize, Pickup
+from dispatch.reasons import HOST_BUDGET
 
 Exceeded = Literal["host", "share"]  # what a size overruns: the budget or a share
 _NANO = 1_000_000_000
@@ -135,7 +136,7 @@ def _fits(size: JobSize, limit: JobSize) -> bool:
 
 
 class HostBudgetGate:
-    name = "host-budget"
+    name = "host-budget"  # not a reason: the gate's own name
 
     def __init__(self, budget: HostBudget) -> None:
         self.budget = budget
@@ -151,7 +152,7 @@ class HostBudgetGate:
         reservation = self.budget.try_reserve(pickup.claim.id, pickup.size, project_id, share)
         if reservation is None:
             detail = self._detail(pickup.size, project)
-            return Defer(HOST_BUDGET_DELAY_MS, "host-budget", detail=detail)
+            return Defer(HOST_BUDGET_DELAY_MS, HOST_BUDGET, detail=detail)
         budget = self.budget
 
         def give_back() -> None:

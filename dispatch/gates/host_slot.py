@@ -11,12 +11,13 @@ from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, HOST_SLOT_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.hold import slot_release
 from dispatch.gates.host_budget import HostBudget
+from dispatch.reasons import HOST_SLOT
 
 HOST_SLOT_KEY = "host"
 
 
 class HostSlotGate:
-    name = "host-slot"
+    name = "host-slot"  # not a reason: the gate's own name
 
     def __init__(self, settings: Settings, slots: Slots, budget: HostBudget) -> None:
         self.settings = settings
@@ -30,6 +31,6 @@ class HostSlotGate:
         ticket = self.slots.try_acquire(HOST_SLOT_KEY, limit, owner=pickup.claim.id)
         if ticket is None:
             busy = "the one host slot is busy" if limit == 1 else f"all {limit} host slots are busy"
-            return Defer(HOST_SLOT_DELAY_MS, "host-slot", detail=busy)
+            return Defer(HOST_SLOT_DELAY_MS, HOST_SLOT, detail=busy)
         pickup.hold(self.name, slot_release(self.slots, ticket))
         return ADMIT

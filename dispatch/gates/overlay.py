@@ -5,6 +5,7 @@ on settings the operator did not mean. Otherwise it supplies the job's effective
 from __future__ import annotations
 
 from dispatch.gates.base import ADMIT, NEWER_RELEASE_DELAY_MS, Decision, Defer, Pickup, Refuse
+from dispatch.reasons import NEWER_RELEASE, SETTINGS_OVERLAY_INVALID
 
 
 class OverlayGate:
@@ -14,8 +15,8 @@ class OverlayGate:
         config = pickup.config
         if "settings.json" in config.newer:
             detail = "settings.json written by a newer release; upgrade this host"
-            return Defer(NEWER_RELEASE_DELAY_MS, "newer-release", detail=detail)
+            return Defer(NEWER_RELEASE_DELAY_MS, NEWER_RELEASE, detail=detail)
         if config.overlay_error is not None:
-            return Refuse("settings-overlay-invalid", f"settings.json: {config.overlay_error}")
+            return Refuse(SETTINGS_OVERLAY_INVALID, f"settings.json: {config.overlay_error}")
         pickup.model = pickup.job.model or config.overlay.model
         return ADMIT

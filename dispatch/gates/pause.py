@@ -33,6 +33,7 @@ from dispatch.config.schemas import PauseWindow
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup
 from dispatch.gates.project import within
 from dispatch.model import Job
+from dispatch.reasons import PAUSE_WINDOW
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 MIN_DEFER_MS = 1_000
@@ -161,7 +162,7 @@ class PauseGate:
         if found is None or found[0] - now_ms <= MIN_DEFER_MS:
             return ADMIT
         end_ms, window = found
-        return Defer(end_ms - now_ms, "pause-window", detail=describe(window, end_ms))
+        return Defer(end_ms - now_ms, PAUSE_WINDOW, detail=describe(window, end_ms))
 
     def _read_once(self, windows: tuple[PauseWindow, ...]) -> _Readable:
         """The rows are read once per config snapshot, not once per pickup."""

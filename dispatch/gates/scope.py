@@ -25,6 +25,7 @@ from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.hold import Bound, Busy, lease_name, take
+from dispatch.reasons import CHAINED, SCOPE_FOLDER, SCOPE_PROJECT, SCOPE_REPO
 
 
 class ScopeGate:
@@ -54,15 +55,15 @@ class ScopeGate:
             return None
         parent = pickup.job.parent_job_id
         if parent is None:
-            return Defer(SCOPE_DELAY_MS, "scope-folder", busy.holder, busy.detail)
-        return Defer(SCOPE_DELAY_MS, "chained", busy.holder, _chained(parent, label, busy))
+            return Defer(SCOPE_DELAY_MS, SCOPE_FOLDER, busy.holder, busy.detail)
+        return Defer(SCOPE_DELAY_MS, CHAINED, busy.holder, _chained(parent, label, busy))
 
     async def _repo(self, pickup: Pickup, repo: str) -> Defer | None:
         limit = _repo_limit(repo, pickup.config.limits)
         if limit is None:
             return None
         bound = Bound(f"repo:{repo}", limit, repo, lease_name("scope:repo", repo))
-        return await self._defer(pickup, bound, "scope-repo")
+        return await self._defer(pickup, bound, SCOPE_REPO)
 
     async def _project(self, pickup: Pickup) -> Defer | None:
         project = pickup.project
@@ -71,7 +72,7 @@ class ScopeGate:
         label = f"project {project.id}"
         lease = lease_name("scope:project", project.id)
         bound = Bound(f"project:{project.id}", project.concurrent, label, lease)
-        return await self._defer(pickup, bound, "scope-project")
+        return await self._defer(pickup, bound, SCOPE_PROJECT)
 
     async def _defer(self, pickup: Pickup, bound: Bound, reason: str) -> Defer | None:
         busy = await take(pickup, self.slots, self.leases, bound)

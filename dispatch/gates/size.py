@@ -32,8 +32,16 @@ from dispatch.gates.base import (
 )
 from dispatch.gates.host_budget import Exceeded, HostBudget, describe
 from dispatch.model import Job
+from dispatch.reasons import (
+    JOB_SIZE_EXCEEDS_HOST,
+    JOB_SIZE_EXCEEDS_SHARE,
+    PROJECT_SIZE_INVALID,
+    SIZE_NEVER_FITS,
+)
 
 _T = TypeVar("_T")
+# the refusal for what a size overruns: the host's budget or the project's share of it
+_EXCEEDS: dict[Exceeded, str] = {"host": JOB_SIZE_EXCEEDS_HOST, "share": JOB_SIZE_EXCEEDS_SHARE}
 
 
 class HostCount(Protocol):
@@ -94,7 +102,7 @@ class SizeGate:
         try:
             size = resolve_size(pickup.project, pickup.job, self.settings, pickup.config.overlay)
         except ValueError as exc:
-            return Refuse("project-size-invalid", str(exc))
+            return Refuse(PROJECT_SIZE_INVALID, str(exc))
         pickup.size = size
         project = pickup.project
         share = project.host_share if project and self.budget.configured else None
@@ -104,9 +112,9 @@ class SizeGate:
         limit = self._limit(misfit, project)
         if await self._shared(pickup.claim.queue):
             detail = f"needs {describe(size)}, more than {limit}; waiting for a host that fits it"
-            return Defer(NEVER_FITS_DELAY_MS, "size-never-fits", detail=detail)
+            return Defer(NEVER_FITS_DELAY_MS, SIZE_NEVER_FITS, detail=detail)
         sentence = f"the job needs {describe(size)}, more than {limit}, so it can never start"
-        return Refuse(f"job-size-exceeds-{misfit}", sentence)
+        return Refuse(_EXCEEDS[misfit], sentence)
 
     async def _shared(self, queue: str) -> bool:
         """Whether another live host reads this queue and so might fit the job."""

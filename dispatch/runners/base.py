@@ -18,7 +18,21 @@ from typing import Protocol
 
 import msgspec
 
-from dispatch.model import Job, Outcome
+from dispatch.model import Job
+from dispatch.reasons import (
+    CANCELLED,
+    COMPLETED,
+    EXIT_UNKNOWN,
+    FAILED,
+    INFRA,
+    JOB_REFUSED,
+    JOB_TIMEOUT,
+    NOT_STARTED,
+    OPERATOR_CANCEL,
+    POLICY,
+    Outcome,
+    exit_code,
+)
 
 OUTPUT_CAP_BYTES = 8 * 1024 * 1024
 TRUNCATION_MARK = b"\n[dispatch: output truncated]\n"
@@ -92,22 +106,22 @@ class Runner(Protocol):
 
 def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:
     """Map a run's result to the record's outcome and reason."""
-    if abort_reason == "operator-cancel":
-        return "cancelled", abort_reason
-    if abort_reason == "job-timeout":  # would time out again: not retried
-        return "failed", abort_reason
+    if abort_reason == OPERATOR_CANCEL:
+        return CANCELLED, abort_reason
+    if abort_reason == JOB_TIMEOUT:  # would time out again: not retried
+        return FAILED, abort_reason
     if result.refusal:
-        return "policy", result.refusal
+        return POLICY, result.refusal
     if abort_reason:
-        return "infra", abort_reason
+        return INFRA, abort_reason
     if not result.started:
-        return "infra", result.error or "not-started"
+        return INFRA, result.error or NOT_STARTED
     if result.kill:
-        return "infra", result.kill
+        return INFRA, result.kill
     if result.exit_code is None:  # started, then the engine or the process went missing
-        return "infra", result.error or "exit-unknown"
+        return INFRA, result.error or EXIT_UNKNOWN
     if result.exit_code == 0:
-        return "completed", ""
+        return COMPLETED, ""
     if result.exit_code == 2:
-        return "policy", "job-refused"
-    return "infra", f"exit-{result.exit_code}"
+        return POLICY, JOB_REFUSED
+    return INFRA, exit_code(result.exit_code)

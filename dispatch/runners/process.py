@@ -14,6 +14,7 @@ import signal
 from typing import IO
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.reasons import COMMAND_NOT_FOUND, NO_COMMAND, SIGKILLED, STOP_TIMEOUT, killed_by
 from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
 
 _PR_SET_PDEATHSIG = 1
@@ -34,7 +35,7 @@ class ProcessRunner:
     async def run(self, ctx: RunContext) -> RunResult:
         job = ctx.job
         if not job.command:
-            return RunResult(started=False, refusal="no-command")
+            return RunResult(started=False, refusal=NO_COMMAND)
         ctx.output_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -48,7 +49,7 @@ class ProcessRunner:
                 preexec_fn=_die_with_parent,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            return RunResult(started=False, refusal="command-not-found", error=type(exc).__name__)
+            return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)
         started = self.clock.now_ms()
         with open(ctx.output_path, "wb") as out:  # noqa: ASYNC230 (local appends, never blocks long)
             copier = asyncio.create_task(_copy(proc, out, ctx.output_cap))
@@ -80,7 +81,7 @@ async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> s
     except TimeoutError:
         _signal_group(proc.pid, signal.SIGKILL)
         await waiter
-        return "stop-timeout"
+        return STOP_TIMEOUT
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -91,7 +92,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 def _signal_name(returncode: int | None) -> str | None:
     if returncode is None or returncode >= 0:
         return None
-    return "sigkill" if -returncode == signal.SIGKILL else f"signal-{-returncode}"
+    return SIGKILLED if -returncode == signal.SIGKILL else killed_by(-returncode)
 
 
 async def _copy(proc: asyncio.subprocess.Process, out: IO[bytes], cap: int) -> bool:

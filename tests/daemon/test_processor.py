@@ -21,6 +21,7 @@ from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
 from dispatch.model import Job, Result, RunRecord, Size
+from dispatch.reasons import DIRTY_TREE
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
 from tests.support.pickups import claim_of
@@ -200,3 +201,18 @@ async def test_records_name_the_project_and_size_the_gates_resolved(tmp_path: Pa
     assert ending.record is not None and ending.record.project == "acme"
     (job,) = seen
     assert job.size == Size(memory=str(2 * 1024**3), cpus=1.5)
+
+
+async def test_a_refusal_keeps_its_sentence_in_the_result_and_the_record(tmp_path: Path) -> None:
+    gates = [ScriptedGate("dirty", Ledger(), 0, "refuse")]
+    ending = await processor(Runner(), gates, tmp_path).process(
+        claim_of(Job(id="j6", command=["true"])), AbortSignal()
+    )
+    result = msgspec.json.decode(ending.payload, type=Result)
+    assert (result.outcome, result.reason, result.sentence) == (
+        "policy",
+        DIRTY_TREE,
+        "uncommitted changes",
+    )
+    assert ending.record is not None
+    assert (ending.record.reason, ending.record.sentence) == (DIRTY_TREE, "uncommitted changes")

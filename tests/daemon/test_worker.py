@@ -200,6 +200,19 @@ async def test_a_bad_document_in_redis_is_refused_not_run(daemon: Daemon, redis:
     assert (record.outcome, record.reason) == ("policy", "invalid-job")
 
 
+async def test_a_refusal_keeps_its_sentence_in_the_result_and_both_records(daemon: Daemon) -> None:
+    queue = daemon.worker.lanes["jobs"].queue
+    await queue.enqueue([NewJob("raw2", b'{"id": "raw2", "attempts": 0}')])
+    assert await daemon.ended("raw2") == "failed"
+    view = await daemon.client.get("raw2")
+    assert view and view.result and view.result.reason == "invalid-job"
+    sentence = view.result.sentence
+    assert "attempts must be between 1 and 100" in sentence
+    (fleet,) = await daemon.client.runs()
+    (local,) = [r for r in daemon.worker.records.read() if r.id == "raw2"]
+    assert fleet.sentence == local.sentence == sentence
+
+
 async def test_a_job_from_a_newer_release_is_deferred(daemon: Daemon) -> None:
     queue = daemon.worker.lanes["jobs"].queue
     await queue.enqueue([NewJob("future1", b'{"id": "future1", "v": 99, "shiny": true}')])

@@ -114,7 +114,8 @@ def test_a_broken_settings_overlay_refuses_the_job(env: dict[str, str], config: 
     assert (run["outcome"], run["reason"]) == ("policy", "settings-overlay-invalid")
 
 
-def test_a_dirty_folder_is_refused_unless_forced(env: dict[str, str], tmp_path: Path) -> None:
+def dirty_repo(tmp_path: Path) -> Path:
+    """A git work tree `site` with one committed file changed since."""
     repo = tmp_path / "site"
     repo.mkdir()
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
@@ -123,6 +124,11 @@ def test_a_dirty_folder_is_refused_unless_forced(env: dict[str, str], tmp_path: 
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "v1"], check=True)
     (repo / "index.html").write_text("v2, not committed\n")
+    return repo
+
+
+def test_a_dirty_folder_is_refused_unless_forced(env: dict[str, str], tmp_path: Path) -> None:
+    repo = dirty_repo(tmp_path)
     with daemon(env):
         refused = dispatch(env, "submit", "--folder", str(repo), "--", "true").stdout.strip()
         wait_state(env, refused, "failed")
@@ -132,3 +138,23 @@ def test_a_dirty_folder_is_refused_unless_forced(env: dict[str, str], tmp_path: 
     assert (runs[refused]["outcome"], runs[refused]["reason"]) == ("policy", "dirty-tree")
     why = dispatch(env, "why", refused).stdout
     assert "dirty-tree" in why
+
+
+def test_a_refusal_says_why_in_plain_words_wherever_it_is_read(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    repo = dirty_repo(tmp_path)
+    with daemon(env):
+        job_id = dispatch(env, "submit", "--folder", str(repo), "--", "true").stdout.strip()
+        wait_state(env, job_id, "failed")
+    said = "site has uncommitted changes"
+    story = dispatch_json(env, "why", job_id)
+    assert said in story["result"]["sentence"] and story["sentence"] == story["result"]["sentence"]
+    assert f"Why (dirty tree): {said}" in dispatch(env, "why", job_id).stdout
+    (run,) = dispatch_json(env, "runs")
+    assert run["sentence"] == story["sentence"]
+    (line,) = [row for row in dispatch(env, "runs").stdout.splitlines() if job_id in row]
+    assert "dirty-tree" in line and line.endswith(story["sentence"])
+    local_log = (tmp_path / "state" / "runs.jsonl").read_text().splitlines()
+    (local,) = [json.loads(row) for row in local_log]
+    assert local["sentence"] == story["sentence"]

@@ -48,6 +48,19 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import parse_memory
 from dispatch.log import event
 from dispatch.model import Job
+from dispatch.reasons import (
+    ABORTED_BEFORE_START,
+    CREATE_FAILED,
+    DOCKER_ERROR,
+    DOCKER_UNAVAILABLE,
+    FOLDER_NOT_ALLOWED,
+    IMAGE_MISSING,
+    OOM,
+    SIGKILLED,
+    START_FAILED,
+    STOP_TIMEOUT,
+    with_error,
+)
 from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
 from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
@@ -66,6 +79,7 @@ LABEL_ATTEMPT = "dispatch.attempt"
 LABEL_FENCE = "dispatch.fence"
 
 SIGKILL_EXIT = 128 + 9
+_OOM_EVENT = "oom"  # not a reason: what the engine calls the event
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,20 +231,20 @@ class DockerRunner:
 
     async def run(self, ctx: RunContext) -> RunResult:
         if ctx.aborted.is_set():
-            return RunResult(started=False, error="aborted-before-start")
+            return RunResult(started=False, error=ABORTED_BEFORE_START)
         plan = self._plan(ctx.job)
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         try:
             cid = await self._create(ctx, container_config(ctx, *plan, self.settings))
         except ImageMissing:  # the create never pulls: its 404 is the image check
-            return RunResult(started=False, refusal="image-missing")
+            return RunResult(started=False, refusal=IMAGE_MISSING)
         except DockerUnavailable as exc:
             event("docker_unavailable", job=ctx.job.id, error=str(exc))
-            return RunResult(started=False, error="docker-unavailable")
+            return RunResult(started=False, error=DOCKER_UNAVAILABLE)
         except DockerError as exc:
             event("container_create_failed", job=ctx.job.id, error=str(exc))
-            return RunResult(started=False, error=f"create-failed: {exc}"[:300])
+            return RunResult(started=False, error=with_error(CREATE_FAILED, exc))
         try:
             return await self._run_created(ctx, cid)
         finally:
@@ -249,7 +263,7 @@ class DockerRunner:
         try:
             await self.client.image_inspect(plan[0])
         except ImageMissing:
-            return "image-missing"
+            return IMAGE_MISSING
         return ""
 
     async def settle(self) -> None:
@@ -263,11 +277,11 @@ class DockerRunner:
         if job.kind == "local":
             source = allowed_folder(job.folder, self.settings.allowed_roots)
             if source is None:
-                return "folder-not-allowed"
+                return FOLDER_NOT_ALLOWED
             binds.append(f"{source}:{self.settings.workspace}:rw")
         image = job.image or self.settings.default_image
         if not image:
-            return "image-missing"
+            return IMAGE_MISSING
         return image, binds
 
     async def _create(self, ctx: RunContext, config: Json) -> str:
@@ -297,7 +311,7 @@ class DockerRunner:
             kill = await self._kill_reason(cid, done)
         except DockerError as exc:
             event("container_lost", job=ctx.job.id, container=name, error=str(exc))
-            error = "docker-unavailable" if isinstance(exc, DockerUnavailable) else "docker-error"
+            error = DOCKER_UNAVAILABLE if isinstance(exc, DockerUnavailable) else DOCKER_ERROR
             return RunResult(started=True, error=error, container=name, output=str(ctx.output_path))
         finally:
             await waiter.aclose()
@@ -375,12 +389,12 @@ class DockerRunner:
             return None  # a clean exit is a clean exit, whatever happened to a child on the way
         state: dict[str, Any] = (await self.client.inspect(cid)).get("State", {})
         if state.get("OOMKilled"):
-            return "oom"
+            return OOM
         if done.code != SIGKILL_EXIT:
             return None
         if await self._oom_event(cid, state):
-            return "oom"
-        return "stop-timeout" if done.stopped else "sigkill"
+            return OOM
+        return STOP_TIMEOUT if done.stopped else SIGKILLED
 
     async def _oom_event(self, cid: str, state: dict[str, Any]) -> bool:
         """Whether the engine logged an OOM for the container during its run.
@@ -392,7 +406,7 @@ class DockerRunner:
             since_s = datetime.fromisoformat(state["StartedAt"]).timestamp() - 1
             until_s = datetime.fromisoformat(state["FinishedAt"]).timestamp() + 0.5
             found = await self.client.events(
-                {"container": [cid], "event": ["oom"]}, since_s, until_s
+                {"container": [cid], "event": [_OOM_EVENT]}, since_s, until_s
             )
         except (KeyError, ValueError, DockerError):
             return False
@@ -417,5 +431,5 @@ class DockerRunner:
 def _never_started(ctx: RunContext, name: str, exc: DockerError) -> RunResult:
     event("container_start_failed", job=ctx.job.id, container=name, error=str(exc))
     if isinstance(exc, DockerUnavailable):
-        return RunResult(started=False, error="docker-unavailable", container=name)
-    return RunResult(started=False, error=f"start-failed: {exc}"[:300], container=name)
+        return RunResult(started=False, error=DOCKER_UNAVAILABLE, container=name)
+    return RunResult(started=False, error=with_error(START_FAILED, exc), container=name)

@@ -1,0 +1,272 @@
+"""Every reason dispatch records, in one catalogue: its token, its kind, where it comes from and
+what it means in plain words.
+
+A token is what Redis and the records store. Tokens are plain strings and never change once
+released, so records written by any release stay readable. Kinds:
+
+    defer     the job waits in `delayed` and spends no attempt (`dispatch why` says why)
+    refusal   the job ends `failed`, outcome `policy`, and is not retried
+    outcome   how a run ended: a run record's `outcome`
+    abort     why a running job was stopped, then recorded as the run's reason
+    infra     something around the job failed, not the job itself
+
+Some tokens carry a value: `exit_code(n)` (`exit-<n>`), `killed_by(n)` (`signal-<n>`), and
+`with_error(CREATE_FAILED, exc)` (`create-failed: <the engine's message>`). `lookup` finds the
+entry for any stored token, those included, and None for a token from a newer release.
+
+Nothing else spells a token: `tests/test_reasons.py` fails on a string literal equal to one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+Kind = Literal["defer", "refusal", "outcome", "abort", "infra"]
+Outcome = Literal["completed", "policy", "failed", "infra", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    token: str
+    kind: Kind
+    source: str  # the gate or component that gives it
+    sentence: str  # in plain words, for an operator
+
+    def __str__(self) -> str:
+        return self.token
+
+
+# -- outcomes -------------------------------------------------------------------------------
+COMPLETED: Final = "completed"
+POLICY: Final = "policy"
+FAILED: Final = "failed"
+INFRA: Final = "infra"
+CANCELLED: Final = "cancelled"
+
+# -- deferrals ------------------------------------------------------------------------------
+NEWER_RELEASE: Final = "newer-release"
+PAUSE_WINDOW: Final = "pause-window"
+SIZE_NEVER_FITS: Final = "size-never-fits"
+HOST_SLOT: Final = "host-slot"
+SCOPE_FOLDER: Final = "scope-folder"
+CHAINED: Final = "chained"
+SCOPE_REPO: Final = "scope-repo"
+SCOPE_PROJECT: Final = "scope-project"
+ENDPOINT: Final = "endpoint"
+HOST_BUDGET: Final = "host-budget"
+RETRY: Final = "retry"
+
+# -- refusals -------------------------------------------------------------------------------
+INVALID_JOB: Final = "invalid-job"
+PROJECT_SIZE_INVALID: Final = "project-size-invalid"
+JOB_SIZE_EXCEEDS_HOST: Final = "job-size-exceeds-host"
+JOB_SIZE_EXCEEDS_SHARE: Final = "job-size-exceeds-share"
+SETTINGS_OVERLAY_INVALID: Final = "settings-overlay-invalid"
+DIRTY_TREE: Final = "dirty-tree"
+JOB_REFUSED: Final = "job-refused"
+IMAGE_MISSING: Final = "image-missing"
+FOLDER_NOT_ALLOWED: Final = "folder-not-allowed"
+NO_COMMAND: Final = "no-command"
+COMMAND_NOT_FOUND: Final = "command-not-found"
+
+# -- aborts ---------------------------------------------------------------------------------
+OPERATOR_CANCEL: Final = "operator-cancel"
+JOB_TIMEOUT: Final = "job-timeout"
+LOCK_LOST: Final = "lock-lost"
+LEASE_LOST: Final = "lease-lost"
+SHUTDOWN: Final = "shutdown"
+
+# -- infrastructure -------------------------------------------------------------------------
+NOT_STARTED: Final = "not-started"
+ABORTED_BEFORE_START: Final = "aborted-before-start"
+ABORT_UNCONFIRMED: Final = "abort-unconfirmed"
+EXIT_UNKNOWN: Final = "exit-unknown"
+OOM: Final = "oom"
+STOP_TIMEOUT: Final = "stop-timeout"
+SIGKILLED: Final = "sigkill"
+DOCKER_UNAVAILABLE: Final = "docker-unavailable"
+DOCKER_ERROR: Final = "docker-error"
+CREATE_FAILED: Final = "create-failed"
+START_FAILED: Final = "start-failed"
+STALLED: Final = "stalled"
+INTERNAL_ERROR: Final = "internal-error"
+
+_EXIT = "exit"
+_SIGNAL = "signal"
+_ERROR_CAP = 300  # an engine's message can be long; a record field should not be
+
+
+def exit_code(code: int) -> str:
+    """A run that exited neither 0 nor 2, as its reason."""
+    return f"{_EXIT}-{code}"
+
+
+def killed_by(signal_number: int) -> str:
+    """A process killed by a signal other than SIGKILL, as its reason."""
+    return f"{_SIGNAL}-{signal_number}"
+
+
+def with_error(token: str, error: object) -> str:
+    """A token followed by the message that explains it, cut to fit a record field."""
+    return f"{token}: {error}"[:_ERROR_CAP]
+
+
+def _defer(token: str, source: str, sentence: str) -> Reason:
+    return Reason(token, "defer", source, sentence)
+
+
+def _refusal(token: str, source: str, sentence: str) -> Reason:
+    return Reason(token, "refusal", source, sentence)
+
+
+def _abort(token: str, source: str, sentence: str) -> Reason:
+    return Reason(token, "abort", source, sentence)
+
+
+def _infra(token: str, source: str, sentence: str) -> Reason:
+    return Reason(token, "infra", source, sentence)
+
+
+def _outcome(token: str, sentence: str) -> Reason:
+    return Reason(token, "outcome", "run record", sentence)
+
+
+ENTRIES: Final[tuple[Reason, ...]] = (
+    _outcome(COMPLETED, "the job ran and exited 0"),
+    _outcome(POLICY, "a rule said no: a gate or the job itself refused it; not retried"),
+    _outcome(FAILED, "the job failed for good: it ran out of time, or dispatch hit a bug"),
+    _outcome(INFRA, "something around the job failed; retried while attempts remain"),
+    _outcome(CANCELLED, "an operator cancelled the job"),
+    _defer(
+        NEWER_RELEASE,
+        "head",
+        "a config file or the job itself was written by a newer release of dispatch; "
+        "upgrade this host or set the file back",
+    ),
+    _defer(PAUSE_WINDOW, "pause window", "a pause window covers the job until its end"),
+    _defer(
+        SIZE_NEVER_FITS,
+        "size",
+        "the job is larger than this host's job budget; another host may fit it",
+    ),
+    _defer(HOST_SLOT, "host slot", "every slot of this host (DISPATCH_CONCURRENCY) is busy"),
+    _defer(SCOPE_FOLDER, "scope", "another job is working in the same folder"),
+    _defer(CHAINED, "scope", "the job waits for its parent's folder"),
+    _defer(SCOPE_REPO, "scope", "the repo's limit of concurrent jobs is reached"),
+    _defer(SCOPE_PROJECT, "scope", "the project's limit of concurrent jobs is reached"),
+    _defer(ENDPOINT, "endpoint", "every slot of an endpoint serving the job's model is busy"),
+    _defer(
+        HOST_BUDGET,
+        "host budget",
+        "the running jobs leave too little memory or CPU of this host's job budget",
+    ),
+    _defer(RETRY, "processor", "an infrastructure failure ended the last attempt; it runs again"),
+    _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
+    _refusal(
+        PROJECT_SIZE_INVALID, "size", "the memory or cpus of the job's project row is not valid"
+    ),
+    _refusal(
+        JOB_SIZE_EXCEEDS_HOST,
+        "size",
+        "the job is larger than this host's job budget, and no other host may take it",
+    ),
+    _refusal(
+        JOB_SIZE_EXCEEDS_SHARE,
+        "size",
+        "the job is larger than its project's share of this host's job budget",
+    ),
+    _refusal(
+        SETTINGS_OVERLAY_INVALID,
+        "settings overlay",
+        "settings.json is not valid, and the job is not run on settings nobody meant",
+    ),
+    _refusal(
+        DIRTY_TREE,
+        "dirty tree",
+        "the job's folder has uncommitted changes, or git could not tell; "
+        "commit or stash them, or submit with --force",
+    ),
+    _refusal(JOB_REFUSED, "runner", "the job exited 2: it refused the work itself"),
+    _refusal(
+        IMAGE_MISSING,
+        "runner",
+        "no image was named, or it is not on this host (dispatch never pulls images)",
+    ),
+    _refusal(
+        FOLDER_NOT_ALLOWED,
+        "runner",
+        "the job's folder is not a folder under DISPATCH_ALLOWED_ROOTS",
+    ),
+    _refusal(NO_COMMAND, "runner", "the job has no command to run"),
+    _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),
+    _abort(OPERATOR_CANCEL, "operator", "an operator cancelled the job (dispatch cancel)"),
+    _abort(
+        JOB_TIMEOUT,
+        "processor",
+        "the job ran past its timeout and was stopped; not retried, it would time out again",
+    ),
+    _abort(
+        LOCK_LOST,
+        "worker",
+        "this host lost the job's lock, so another pickup may own it; the run was stopped",
+    ),
+    _abort(LEASE_LOST, "fleet lease", "a fleet lease the job held lapsed; the run was stopped"),
+    _abort(
+        SHUTDOWN,
+        "worker",
+        "its host shut down before the job ended; it waits for a pickup, spending no attempt",
+    ),
+    _infra(NOT_STARTED, "runner", "the job never started, and the runner did not say why"),
+    _infra(ABORTED_BEFORE_START, "runner", "the run was stopped before it started"),
+    _infra(
+        ABORT_UNCONFIRMED,
+        "processor",
+        "the run did not confirm it stopped after an abort; its holds stay until it is gone",
+    ),
+    _infra(
+        EXIT_UNKNOWN,
+        "runner",
+        "the job started, then its exit could not be read (the engine or process went missing)",
+    ),
+    _infra(OOM, "runner", "the job ran out of memory and was killed"),
+    _infra(STOP_TIMEOUT, "runner", "the job did not stop within its grace and was killed"),
+    _infra(SIGKILLED, "runner", "something other than dispatch killed the job (SIGKILL)"),
+    _infra(DOCKER_UNAVAILABLE, "docker runner", "the Docker engine did not answer"),
+    _infra(DOCKER_ERROR, "docker runner", "the Docker engine failed while the job ran"),
+    _infra(CREATE_FAILED, "docker runner", "the Docker engine could not create the container"),
+    _infra(START_FAILED, "docker runner", "the Docker engine could not start the container"),
+    _infra(
+        STALLED,
+        "worker",
+        "the job's host stopped renewing its lock too many times; it is not picked up again",
+    ),
+    _infra(
+        INTERNAL_ERROR,
+        "processor",
+        "dispatch hit a bug handling the job; it failed for good, with the error recorded",
+    ),
+)
+
+# The two tokens that carry a number, catalogued by their form.
+EXIT_N: Final = _infra(
+    f"{_EXIT}-<code>",
+    "runner",
+    "the job exited neither 0 nor 2: an infrastructure failure, retried while attempts remain",
+)
+SIGNAL_N: Final = _infra(f"{_SIGNAL}-<number>", "process runner", "a signal killed the job")
+_FAMILIES: Final[Mapping[str, Reason]] = {_EXIT: EXIT_N, _SIGNAL: SIGNAL_N}
+
+
+CATALOGUE: Final[Mapping[str, Reason]] = {entry.token: entry for entry in ENTRIES}
+
+
+def lookup(token: str) -> Reason | None:
+    """The entry for a stored token; None for one this release does not know."""
+    head = token.partition(": ")[0]  # create-failed: <the engine's message>
+    found = CATALOGUE.get(head)
+    if found is None:
+        stem, _, number = head.rpartition("-")
+        found = _FAMILIES.get(stem) if number.isdigit() else None
+    return found
