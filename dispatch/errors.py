@@ -8,7 +8,7 @@
     │   ├── NotFound           no such job
     │   └── Conflict           the job is not in a state the transition allows
     ├── RedisUnavailable       Redis could not be reached
-    └── DockerError            the Docker engine said no (see dispatch.docker.errors)
+    └── DockerError            the Docker engine said no (see dispatch.runners.docker.errors)
 
 Foreign errors (redis-py, httpx, OSError) are translated where they enter, so callers above
 the boundary catch these and nothing else.

@@ -1,8 +1,14 @@
 """The runner seam: how a claimed, admitted job actually runs.
 
-A runner gets a `RunContext` and returns a `RunResult`. It must watch `ctx.aborted`: once set,
-it stops the work (SIGTERM, then SIGKILL after `ctx.grace_s`) and returns. The worker, not the
-runner, decides what an exit means (`classify`) and how long to wait after an abort.
+A runner gets a `RunContext` and returns a `RunResult`: what happened (started or not, exit
+code, kill, refusal found before starting), never what that means for the job. The processor
+maps a result to an outcome with `classify` below, after `run` returns.
+
+Nobody cancels a run to stop it: it is aborted through `ctx.signal`. The worker aborts on
+`lock-lost`, `operator-cancel` and `shutdown`, a fleet-lease gate on `lease-lost`, the processor
+on `job-timeout`. The runner watches the signal and stops the work (SIGTERM, then SIGKILL after
+`ctx.grace_s`), then returns. How long to wait for that is the processor's (`abort_wait_s`):
+past it the processor stops waiting, but keeps the run's holds until the run returns.
 
 Exit codes: 0 completed; 2 a policy refusal by the job itself; anything else, or a kill, an
 infrastructure failure (retried while attempts remain). A job that never started spent nothing.

@@ -1,7 +1,10 @@
 """The `process` runner: the job's command as a plain subprocess on this host (no isolation).
 
 For development and for hosts without Docker. The child gets its own process group, so an
-abort stops everything it started, and a parent-death signal, so it dies with the daemon.
+abort (`ctx.signal`: TERM, then KILL after `ctx.grace_s`) stops everything it started, and a
+parent-death signal, so it dies with the daemon. The result says how the child ended (its exit
+code, or the signal that killed it); the processor decides what that means
+(`dispatch.runners.base.classify`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ older than `MIN_API` is refused. Every later path is prefixed `/v<version>`.
 Every call has a timeout. The two long calls, `wait` and `logs`, bound connecting and sending
 but not reading: they last as long as the container runs, and the runner bounds that itself.
 
-Errors are translated here and nowhere else (see `dispatch.docker.errors`): httpx transport
+Errors are translated here and nowhere else (see `dispatch.runners.docker.errors`): httpx transport
 errors become `DockerUnavailable` (`DockerTimeout` for timeouts), 404 becomes the missing
 thing's error, 409 `ContainerConflict`, anything else non-2xx `DockerApiError`. A 304 (already
 started, already stopped) counts as success: the container is where the caller wanted it.
