@@ -1,6 +1,10 @@
 """The runner seam: how a claimed, admitted job actually runs.
 
-A runner gets a `RunContext` and returns a `RunResult`: what happened (started or not, exit
+`Runner` is every operation the daemon calls on a runner: `run` one attempt, `reap` at boot
+what an earlier process of this host left, `settle` before the loop closes. Assembly chooses
+the runner; nothing else asks which one it is.
+
+A run gets a `RunContext` and returns a `RunResult`: what happened (started or not, exit
 code, kill, refusal found before starting), never what that means for the job. The processor
 maps a result to an outcome with `classify` below, after `run` returns.
 
@@ -92,8 +96,28 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     truncated: bool = False
 
 
+# (job id, fence) -> whether a live claim owns that run
+IsLive = Callable[[str, str], bool]
+
+
 class Runner(Protocol):
-    async def run(self, ctx: RunContext) -> RunResult: ...
+    """Every runner operation the daemon uses; it calls nothing else on a runner."""
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        """Run one admitted attempt until it ends or `ctx.signal` aborts it."""
+        ...
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        """At boot, remove the runs an earlier process of `host` left that no live claim owns.
+
+        True when it could tell what was left (and removed it); False when it could not (e.g.
+        the engine could not be listed): then the caller must not free `host`'s fleet leases.
+        """
+        ...
+
+    async def settle(self) -> None:
+        """Let background work (such as container removals) finish before the loop closes."""
+        ...
 
 
 def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:

@@ -17,7 +17,7 @@ import signal
 from typing import IO
 
 from dispatch.clock import Clock, SystemClock
-from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
+from dispatch.runners.base import TRUNCATION_MARK, IsLive, RunContext, Runner, RunResult
 
 _PR_SET_PDEATHSIG = 1
 
@@ -27,7 +27,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class ProcessRunner:
+class ProcessRunner(Runner):
     def __init__(
         self, base_env: dict[str, str] | None = None, *, clock: Clock | None = None
     ) -> None:
@@ -66,6 +66,13 @@ class ProcessRunner:
             output=str(ctx.output_path),
             truncated=truncated,
         )
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        """Nothing to reap: an earlier process's children died with it (parent-death signal)."""
+        return True
+
+    async def settle(self) -> None:
+        """Nothing runs in the background: each run has ended when `run` returns."""
 
 
 async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> str | None:

@@ -50,7 +50,7 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import parse_memory
 from dispatch.log import event
 from dispatch.model import Job
-from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
+from dispatch.runners.base import TRUNCATION_MARK, IsLive, RunContext, Runner, RunResult
 from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
     ContainerConflict,
@@ -60,12 +60,14 @@ from dispatch.runners.docker.errors import (
     DockerUnavailable,
     ImageMissing,
 )
-
-NAME_PREFIX = "dispatch-job-"
-LABEL_HOST = "dispatch.host"
-LABEL_JOB = "dispatch.job"
-LABEL_ATTEMPT = "dispatch.attempt"
-LABEL_FENCE = "dispatch.fence"
+from dispatch.runners.docker.labels import (
+    LABEL_ATTEMPT,
+    LABEL_FENCE,
+    LABEL_HOST,
+    LABEL_JOB,
+    NAME_PREFIX,
+)
+from dispatch.runners.docker.reaper import reap
 
 SIGKILL_EXIT = 128 + 9
 
@@ -208,7 +210,7 @@ class _Exit:
     truncated: bool
 
 
-class DockerRunner:
+class DockerRunner(Runner):
     def __init__(
         self, settings: DockerSettings, client: DockerClient, *, clock: Clock | None = None
     ) -> None:
@@ -253,6 +255,11 @@ class DockerRunner:
         except ImageMissing:
             return "image-missing"
         return ""
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        """Stop and remove `host`'s containers that no live claim owns; False if unlisted."""
+        report = await reap(self.client, host, is_live)
+        return report.listed
 
     async def settle(self) -> None:
         """Wait for removals left running by cancelled runs."""
