@@ -65,10 +65,15 @@ def _base_url(host: str) -> str:
     raise ConfigError(f"DOCKER_HOST {host!r}: only unix:// and tcp:// are supported")
 
 
+# No cap on connections: each running job holds a wait and a log stream open. Set on the
+# transport: httpx ignores a client's `limits` once it is handed a transport.
+_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=16)
+
+
 def _transport(host: str) -> httpx.AsyncHTTPTransport:
     if host.startswith("unix://"):
-        return httpx.AsyncHTTPTransport(uds=host.removeprefix("unix://"))
-    return httpx.AsyncHTTPTransport()
+        return httpx.AsyncHTTPTransport(uds=host.removeprefix("unix://"), limits=_LIMITS)
+    return httpx.AsyncHTTPTransport(limits=_LIMITS)
 
 
 def _parse_version(text: object) -> tuple[int, int]:
@@ -157,14 +162,10 @@ class DockerClient:
         """`transport` replaces the one built from `host` (tests pass `httpx.MockTransport`)."""
         self.host = resolve_host(host)
         self.timeout_s = timeout_s
-        base_url = _base_url(self.host)
-        # No cap on connections: each running job holds a wait and a log stream open.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
         self._http = httpx.AsyncClient(
             transport=transport or _transport(self.host),
-            base_url=base_url,
+            base_url=_base_url(self.host),
             timeout=timeout_s,
-            limits=limits,
         )
         self._api: str | None = None
         self._negotiating = asyncio.Lock()
