@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 
-from dispatch.clock import SystemClock
+from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings, default_host, from_env
 from dispatch.errors import Conflict, InvalidJob, NotFound
 from dispatch.model import (
@@ -92,11 +92,17 @@ class CancelAnswer:
 
 class Client:
     def __init__(
-        self, redis: Redis, prefix: str = keys.DEFAULT_PREFIX, host: str | None = None
+        self,
+        redis: Redis,
+        prefix: str = keys.DEFAULT_PREFIX,
+        host: str | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
         self.host = host or default_host()
+        self.clock: Clock = clock or SystemClock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
@@ -194,7 +200,7 @@ class Client:
             outcome="cancelled",
             reason="operator-cancel",
             queued_at=view.queued_at,
-            ended_at=iso(SystemClock().now_ms()),
+            ended_at=iso(self.clock.now_ms()),
         )
         result = Result(
             state="cancelled",
