@@ -8,7 +8,7 @@ A run gets a `RunContext` and returns a `RunResult`: what happened (started or n
 code, kill, refusal found before starting), never what that means for the job. The processor
 maps a result to an outcome with `classify` below, after `run` returns.
 
-Nobody cancels a run to stop it: it is aborted through `ctx.signal`. The worker aborts on
+A run is not cancelled to stop it: it is aborted through `ctx.signal`. The worker aborts on
 `lock-lost`, `operator-cancel` and `shutdown`, a fleet-lease gate on `lease-lost`, the processor
 on `job-timeout`. The runner watches the signal and stops the work (SIGTERM, then SIGKILL after
 `ctx.grace_s`), then returns. How long to wait for that is the processor's (`abort_wait_s`):
@@ -110,8 +110,9 @@ class Runner(Protocol):
     async def reap(self, host: str, is_live: IsLive) -> bool:
         """At boot, remove the runs an earlier process of `host` left that no live claim owns.
 
-        True when it could tell what was left (and removed it); False when it could not (e.g.
-        the engine could not be listed): then the caller must not free `host`'s fleet leases.
+        True when it could tell what was left; False when it could not (e.g. the engine could
+        not be listed): then the caller must not free `host`'s fleet leases. A leftover that
+        could not be removed is logged, and does not make it False.
         """
         ...
 
