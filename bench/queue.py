@@ -55,7 +55,7 @@ from dispatch.model import Job, encode_job, new_id
 from dispatch.queue import keys
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import NewJob, Queue
-from dispatch.runners.base import RunContext, RunResult
+from dispatch.runners.base import IsLive, RunContext, Runner, RunResult
 
 Row = dict[str, Any]
 LATE_JOBS = 1_000
@@ -69,7 +69,7 @@ BENIGN = {"worker_started", "worker_draining", "worker_stopped"}
 # -- the daemon side ------------------------------------------------------------------------
 
 
-class NoopRunner:
+class NoopRunner(Runner):
     """Returns at once; notes each job it ran and, for a delayed one, how late it was called."""
 
     def __init__(self) -> None:
@@ -85,6 +85,12 @@ class NoopRunner:
         self.ids.append(ctx.job.id)
         now_ms = int(now * 1000)
         return RunResult(started=True, exit_code=0, started_ms=now_ms, ended_ms=now_ms)
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        return True  # its runs leave nothing behind
+
+    async def settle(self) -> None:
+        pass
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 
-from dispatch.clock import SystemClock
+from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings, default_host, from_env
 from dispatch.errors import Conflict, InvalidJob, NotFound
 from dispatch.model import (
@@ -102,11 +102,17 @@ class CancelAnswer:
 
 class Client:
     def __init__(
-        self, redis: Redis, prefix: str = keys.DEFAULT_PREFIX, host: str | None = None
+        self,
+        redis: Redis,
+        prefix: str = keys.DEFAULT_PREFIX,
+        host: str | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
         self.host = host or default_host()
+        self.clock: Clock = clock or SystemClock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
@@ -204,7 +210,7 @@ class Client:
             outcome=CANCELLED,
             reason=OPERATOR_CANCEL,
             queued_at=view.queued_at,
-            ended_at=iso(SystemClock().now_ms()),
+            ended_at=iso(self.clock.now_ms()),
         )
         result = Result(
             state="cancelled",

@@ -1,4 +1,5 @@
-"""`Client.cancel` waits the whole `wait_s` for the owner's acknowledgement, even past redis-py's
+"""`Client.cancel`: a job not yet started is recorded cancelled at the client's clock; for a
+running one it waits the whole `wait_s` for the owner's acknowledgement, even past redis-py's
 default 5 s socket timeout (which once cut a loaded host's late acknowledgement short)."""
 
 from __future__ import annotations
@@ -7,11 +8,23 @@ import anyio
 import pytest
 
 from dispatch.client import Client
-from dispatch.model import Job, encode_job
+from dispatch.clock import FakeClock
+from dispatch.model import Job, encode_job, iso
 from dispatch.queue import keys
 from dispatch.queue.transitions import NewJob, Queue
 
 pytestmark = pytest.mark.anyio
+
+
+async def test_a_job_cancelled_before_start_ends_at_the_clients_clock(redis, prefix) -> None:
+    clock = FakeClock(start_ms=1_700_000_123_000)
+    await Queue(redis, "jobs", prefix).enqueue(
+        [NewJob("j1", encode_job(Job(id="j1", command=["true"])))]
+    )
+    client = Client(redis, prefix, "cli", clock=clock)
+    assert (await client.cancel("j1")).outcome == "cancelled"
+    (record,) = await client.runs()
+    assert (record.reason, record.ended_at) == ("operator-cancel", iso(1_700_000_123_000))
 
 
 @pytest.mark.slow

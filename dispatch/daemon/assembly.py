@@ -59,7 +59,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             follower = asyncio.create_task(follow_config(config, queues, stop))
             await worker.run(stop)
             await follower
-            await _settle(runner)
+            await runner.settle()  # background removals finish before the loop closes
     finally:
         await redis.aclose()
         await blocking.aclose()
@@ -118,13 +118,6 @@ async def follow_config(
                 continue
             if ids:
                 event("config_recheck", queue=queue.name, jobs=len(ids))
-
-
-async def _settle(runner: Runner) -> None:
-    """Let background container removals finish before the loop closes."""
-    settle = getattr(runner, "settle", None)
-    if settle is not None:
-        await settle()
 
 
 def run(settings: Settings) -> None:

@@ -54,7 +54,7 @@ class Timing:
 class Running:
     claim: Claim
     signal: AbortSignal = field(default_factory=AbortSignal)
-    renewed_at: float = 0.0
+    renewed_at: float = 0.0  # clock.monotonic() when the last successful renewal was sent
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Lane:
     flush: asyncio.Event = field(default_factory=asyncio.Event)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     must_claim: bool = True
-    due_at: float | None = None  # monotonic instant of the next delayed job
+    due_at: float | None = None  # the clock's monotonic instant of the next delayed job
 
 
 class Worker:
@@ -153,10 +153,9 @@ class Worker:
         for entry in self.running.values():
             entry.signal.abort(SHUTDOWN)
         await self.idle.wait()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10.0
+        deadline = self.clock.monotonic() + 10.0
         for lane in self.lanes.values():
-            while lane.pending and loop.time() < deadline:
+            while lane.pending and self.clock.monotonic() < deadline:
                 await self._flush(lane)
             if lane.pending:  # their locks lapse and the sweeper puts them back
                 event("finish_abandoned", queue=lane.queue.name, jobs=len(lane.pending))
@@ -195,15 +194,14 @@ class Worker:
 
     async def _pump(self, name: str) -> None:
         lane = self.lanes[name]
-        loop = asyncio.get_running_loop()
         while not self.draining:
-            due = lane.due_at is not None and loop.time() >= lane.due_at
+            due = lane.due_at is not None and self.clock.monotonic() >= lane.due_at
             if self.free > 0 and (lane.must_claim or due):
                 lane.must_claim = False
                 await self._claim(lane)
             timeout = self.t.idle_claim_s
             if self.free > 0 and lane.due_at is not None:
-                timeout = min(timeout, max(lane.due_at - loop.time(), 0.0))
+                timeout = min(timeout, max(lane.due_at - self.clock.monotonic(), 0.0))
             try:
                 await asyncio.wait_for(lane.wake.wait(), timeout)
             except TimeoutError:
@@ -226,9 +224,11 @@ class Worker:
 
     def _accept(self, lane: Lane, batch: ClaimBatch, want: int) -> None:
         self._adjust(want - len(batch.claims))
-        loop = asyncio.get_running_loop()
+        # Redis says how far off the next due job is; the local clock counts that down.
         lane.due_at = (
-            loop.time() + (batch.next_due_ms - batch.now_ms) / 1000 if batch.next_due_ms else None
+            self.clock.monotonic() + (batch.next_due_ms - batch.now_ms) / 1000
+            if batch.next_due_ms
+            else None
         )
         for claim in batch.claims:
             self._start(claim)
@@ -257,7 +257,7 @@ class Worker:
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, claim: Claim) -> None:
-        entry = Running(claim, renewed_at=asyncio.get_running_loop().time())
+        entry = Running(claim, renewed_at=self.clock.monotonic())
         self.running[(claim.queue, claim.id)] = entry
         self.idle.clear()
         task = asyncio.create_task(self._run(entry))
@@ -335,19 +335,18 @@ class Worker:
     # -- upkeep ----------------------------------------------------------------------------
 
     async def _renew(self) -> None:
-        loop = asyncio.get_running_loop()
         for name, lane in self.lanes.items():
             held = {k[1]: e for k, e in self.running.items() if k[0] == name}
             if not held:
                 continue
-            sent = loop.time()
+            sent = self.clock.monotonic()
             try:
                 locks = [(i, e.claim.token) for i, e in held.items()]
                 lost, cancels = await asyncio.wait_for(
                     lane.queue.extend(locks, self.s.lock_ms), self.t.renew_s * 2
                 )
             except (RedisError, OSError, TimeoutError) as exc:
-                self._lapse(held.values(), loop.time(), str(exc))
+                self._lapse(held.values(), self.clock.monotonic(), str(exc))
                 continue
             for entry in held.values():
                 entry.renewed_at = sent

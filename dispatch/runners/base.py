@@ -1,8 +1,18 @@
 """The runner seam: how a claimed, admitted job actually runs.
 
-A runner gets a `RunContext` and returns a `RunResult`. It must watch `ctx.aborted`: once set,
-it stops the work (SIGTERM, then SIGKILL after `ctx.grace_s`) and returns. The worker, not the
-runner, decides what an exit means (`classify`) and how long to wait after an abort.
+`Runner` is every operation the daemon calls on a runner: `run` one attempt, `reap` at boot
+what an earlier process of this host left, `settle` before the loop closes. Assembly chooses
+the runner; nothing else asks which one it is.
+
+A run gets a `RunContext` and returns a `RunResult`: what happened (started or not, exit
+code, kill, refusal found before starting), never what that means for the job. The processor
+maps a result to an outcome with `classify` below, after `run` returns.
+
+A run is not cancelled to stop it: it is aborted through `ctx.signal`. The worker aborts on
+`lock-lost`, `operator-cancel` and `shutdown`, a fleet-lease gate on `lease-lost`, the processor
+on `job-timeout`. The runner watches the signal and stops the work (SIGTERM, then SIGKILL after
+`ctx.grace_s`), then returns. How long to wait for that is the processor's (`abort_wait_s`):
+past it the processor stops waiting, but keeps the run's holds until the run returns.
 
 Exit codes: 0 completed; 2 a policy refusal by the job itself; anything else, or a kill, an
 infrastructure failure (retried while attempts remain). A job that never started spent nothing.
@@ -100,8 +110,29 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     truncated: bool = False
 
 
+# (job id, fence) -> whether a live claim owns that run
+IsLive = Callable[[str, str], bool]
+
+
 class Runner(Protocol):
-    async def run(self, ctx: RunContext) -> RunResult: ...
+    """Every runner operation the daemon uses; it calls nothing else on a runner."""
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        """Run one admitted attempt until it ends or `ctx.signal` aborts it."""
+        ...
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        """At boot, remove the runs an earlier process of `host` left that no live claim owns.
+
+        True when it could tell what was left; False when it could not (e.g. the engine could
+        not be listed): then the caller must not free `host`'s fleet leases. A leftover that
+        could not be removed is logged, and does not make it False.
+        """
+        ...
+
+    async def settle(self) -> None:
+        """Let background work (such as container removals) finish before the loop closes."""
+        ...
 
 
 def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:

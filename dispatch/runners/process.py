@@ -1,7 +1,10 @@
 """The `process` runner: the job's command as a plain subprocess on this host (no isolation).
 
 For development and for hosts without Docker. The child gets its own process group, so an
-abort stops everything it started, and a parent-death signal, so it dies with the daemon.
+abort (`ctx.signal`: TERM, then KILL after `ctx.grace_s`) stops everything it started, and a
+parent-death signal, so it dies with the daemon. The result says how the child ended (its exit
+code, or the signal that killed it); the processor decides what that means
+(`dispatch.runners.base.classify`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import IO
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.reasons import COMMAND_NOT_FOUND, NO_COMMAND, SIGKILLED, STOP_TIMEOUT, killed_by
-from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
+from dispatch.runners.base import TRUNCATION_MARK, IsLive, RunContext, Runner, RunResult
 
 _PR_SET_PDEATHSIG = 1
 
@@ -25,7 +28,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class ProcessRunner:
+class ProcessRunner(Runner):
     def __init__(
         self, base_env: dict[str, str] | None = None, *, clock: Clock | None = None
     ) -> None:
@@ -64,6 +67,13 @@ class ProcessRunner:
             output=str(ctx.output_path),
             truncated=truncated,
         )
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        """Nothing to reap: an earlier process's children died with it (parent-death signal)."""
+        return True
+
+    async def settle(self) -> None:
+        """Nothing runs in the background: each run has ended when `run` returns."""
 
 
 async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> str | None:

@@ -13,13 +13,16 @@ import pytest
 from redis.asyncio import Redis
 
 from dispatch.client import Client
+from dispatch.clock import FakeClock
 from dispatch.config.settings import Settings
 from dispatch.daemon.processor import Processor, ProcessorSettings
-from dispatch.daemon.worker import Timing, Worker
+from dispatch.daemon.worker import Running, Timing, Worker
 from dispatch.model import Job, new_id
 from dispatch.queue.transitions import NewJob
 from dispatch.runners.process import ProcessRunner
+from tests.support.pickups import claim_of
 from tests.support.polling import eventually
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -232,3 +235,25 @@ async def _exists(path: Path) -> bool:
 def _ms(instant: str) -> int:
     """An ISO-8601 UTC instant of a record as epoch milliseconds."""
     return round(datetime.fromisoformat(instant).timestamp() * 1000)
+
+
+async def test_redis_away_stops_a_run_before_its_lock_lapses_by_the_workers_clock(
+    prefix: str, tmp_path: Path
+) -> None:
+    """The lapse is judged on the injected clock, from when the last renewal was sent."""
+    clock = FakeClock()
+    away = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    settings = make_settings("redis://unused", prefix, tmp_path, lock_ms=3000)
+    processor = Processor(ProcessorSettings(host="h1", output_dir=tmp_path), ProcessRunner())
+    worker = Worker(settings, away, processor, timing=FAST, clock=clock)
+    entry = Running(claim_of(Job(id="j1", command=["true"])), renewed_at=clock.monotonic())
+    worker.running[("jobs", "j1")] = entry
+    try:
+        clock.advance(1.9)  # the 3 s lock has more than its 1 s margin left: run on
+        await worker._renew()
+        assert not entry.signal.event.is_set()
+        clock.advance(0.2)  # now within the margin: stop before another host may claim it
+        await worker._renew()
+        assert entry.signal.reason == "lock-lost"
+    finally:
+        await away.aclose()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dispatch.runners.docker import DockerClient
-from dispatch.runners.docker.runner import LABEL_HOST
+from dispatch.runners.docker.labels import LABEL_HOST
 from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
 from tests.support.polling import eventually_sync
 

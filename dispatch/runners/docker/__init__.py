@@ -3,6 +3,7 @@
 client   DockerClient: version negotiation, images, containers, events (client.py)
 runner   DockerRunner: one job attempt as one hardened container (runner.py)
 reaper   reap: at boot, remove this host's containers no live claim owns (reaper.py)
+labels   the container name prefix and labels both of those read (labels.py)
 errors   the DockerError tree (errors.py)
 """
 
@@ -18,17 +19,15 @@ from dispatch.runners.docker.errors import (
     DockerUnavailable,
     ImageMissing,
 )
-from dispatch.runners.docker.reaper import Reaped, ReapReport, reap
-from dispatch.runners.docker.runner import (
+from dispatch.runners.docker.labels import (
     LABEL_ATTEMPT,
     LABEL_FENCE,
     LABEL_HOST,
     LABEL_JOB,
     NAME_PREFIX,
-    DockerRunner,
-    DockerSettings,
-    container_name,
 )
+from dispatch.runners.docker.reaper import Reaped, ReapReport, reap
+from dispatch.runners.docker.runner import DockerRunner, DockerSettings, container_name
 
 __all__ = [
     "DEFAULT_HOST",

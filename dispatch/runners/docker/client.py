@@ -4,6 +4,8 @@ The transport is configuration: `unix:///path` becomes `httpx.AsyncHTTPTransport
 `tcp://host:port` a plain HTTP transport (no TLS: put a TLS-terminating proxy or an SSH tunnel
 in front of a remote engine). `DOCKER_HOST` is read when no host is given, so Podman's
 Docker-compatible socket works the same way (`DOCKER_HOST=unix:///run/podman/podman.sock`).
+A `transport` given to the client replaces the built one (tests pass `httpx.MockTransport`:
+every fault path below then runs without an engine).
 
 The API version is negotiated once, on the first call (or `connect()`), from the unversioned
 `/version`: the engine's version capped at what this client was written against; an engine
@@ -12,7 +14,7 @@ older than `MIN_API` is refused. Every later path is prefixed `/v<version>`.
 Every call has a timeout. The two long calls, `wait` and `logs`, bound connecting and sending
 but not reading: they last as long as the container runs, and the runner bounds that itself.
 
-Errors are translated here and nowhere else (see `dispatch.docker.errors`): httpx transport
+Errors are translated here and nowhere else (see `dispatch.runners.docker.errors`): httpx transport
 errors become `DockerUnavailable` (`DockerTimeout` for timeouts), 404 becomes the missing
 thing's error, 409 `ContainerConflict`, anything else non-2xx `DockerApiError`. A 304 (already
 started, already stopped) counts as success: the container is where the caller wanted it.
@@ -55,12 +57,23 @@ def resolve_host(host: str | None = None) -> str:
     return host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
 
 
-def _transport(host: str) -> tuple[httpx.AsyncHTTPTransport, str]:
+def _base_url(host: str) -> str:
     if host.startswith("unix://"):
-        return httpx.AsyncHTTPTransport(uds=host.removeprefix("unix://")), "http://docker"
+        return "http://docker"  # any name: the socket is the address
     if host.startswith("tcp://"):
-        return httpx.AsyncHTTPTransport(), "http://" + host.removeprefix("tcp://")
+        return "http://" + host.removeprefix("tcp://")
     raise ConfigError(f"DOCKER_HOST {host!r}: only unix:// and tcp:// are supported")
+
+
+# No cap on connections: each running job holds a wait and a log stream open. Set on the
+# transport: httpx ignores a client's `limits` once it is handed a transport.
+_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=16)
+
+
+def _transport(host: str) -> httpx.AsyncHTTPTransport:
+    if host.startswith("unix://"):
+        return httpx.AsyncHTTPTransport(uds=host.removeprefix("unix://"), limits=_LIMITS)
+    return httpx.AsyncHTTPTransport(limits=_LIMITS)
 
 
 def _parse_version(text: object) -> tuple[int, int]:
@@ -139,14 +152,20 @@ class ExitWait:
 
 
 class DockerClient:
-    def __init__(self, host: str | None = None, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport` replaces the one built from `host` (tests pass `httpx.MockTransport`)."""
         self.host = resolve_host(host)
         self.timeout_s = timeout_s
-        transport, base_url = _transport(self.host)
-        # No cap on connections: each running job holds a wait and a log stream open.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
         self._http = httpx.AsyncClient(
-            transport=transport, base_url=base_url, timeout=timeout_s, limits=limits
+            transport=transport or _transport(self.host),
+            base_url=_base_url(self.host),
+            timeout=timeout_s,
         )
         self._api: str | None = None
         self._negotiating = asyncio.Lock()

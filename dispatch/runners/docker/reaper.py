@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from dispatch.log import event
 from dispatch.runners.docker.client import DockerClient, Json
 from dispatch.runners.docker.errors import ContainerNotFound, DockerError
-from dispatch.runners.docker.runner import LABEL_ATTEMPT, LABEL_FENCE, LABEL_HOST, LABEL_JOB
+from dispatch.runners.docker.labels import LABEL_ATTEMPT, LABEL_FENCE, LABEL_HOST, LABEL_JOB
 
 
 @dataclass(frozen=True)

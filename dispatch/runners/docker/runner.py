@@ -12,7 +12,7 @@ Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id
     start       then the output streams to `ctx.output_path`, capped, with a truncation mark
     exit        the exit code from the wait, or on `ctx.aborted`: stop (SIGTERM, then SIGKILL
                 after `ctx.grace_s`)
-    classify    a SIGKILL (137) is `oom` when State.OOMKilled says so or, because that flag is
+    kill        a SIGKILL (137) is `oom` when State.OOMKilled says so or, because that flag is
                 unreliable on cgroup v2, when the engine logged an `oom` event for the container
                 (the engine derives it from the cgroup's memory events); else `stop-timeout` when
                 our own stop had to kill it; else `sigkill` (someone else's kill, or an OOM the
@@ -20,9 +20,11 @@ Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id
     remove      once the exit has been read; also when the run is cancelled half-way, in a
                 shielded task (`settle()` waits for those)
 
-The runner does not decide what an exit means (`dispatch.runner.classify` does) nor how long
-to wait after an abort: a worker that gives up on `run` cancels it, and the container is still
-killed and removed in the background.
+The runner reports what happened; the processor decides what it means
+(`dispatch.runners.base.classify`). A container is stopped only when `ctx.signal` aborts the
+run; how long to wait for that is the processor's, which past its `abort_wait_s` stops waiting
+but leaves the run going (holds kept) until the container is gone. A run task cancelled all the
+same (the loop closing) still has its container removed, in the shielded task `settle()` awaits.
 
 Hardening: CapDrop ALL, no-new-privileges, a pids limit, Memory (swap capped to the same) and
 NanoCpus from the job's size (the processor hands over the size its gates resolved; the
@@ -61,7 +63,7 @@ from dispatch.reasons import (
     STOP_TIMEOUT,
     with_error,
 )
-from dispatch.runners.base import TRUNCATION_MARK, RunContext, RunResult
+from dispatch.runners.base import TRUNCATION_MARK, IsLive, RunContext, Runner, RunResult
 from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
     ContainerConflict,
@@ -71,12 +73,14 @@ from dispatch.runners.docker.errors import (
     DockerUnavailable,
     ImageMissing,
 )
-
-NAME_PREFIX = "dispatch-job-"
-LABEL_HOST = "dispatch.host"
-LABEL_JOB = "dispatch.job"
-LABEL_ATTEMPT = "dispatch.attempt"
-LABEL_FENCE = "dispatch.fence"
+from dispatch.runners.docker.labels import (
+    LABEL_ATTEMPT,
+    LABEL_FENCE,
+    LABEL_HOST,
+    LABEL_JOB,
+    NAME_PREFIX,
+)
+from dispatch.runners.docker.reaper import reap
 
 SIGKILL_EXIT = 128 + 9
 _OOM_EVENT = "oom"  # not a reason: what the engine calls the event
@@ -85,7 +89,7 @@ _OOM_EVENT = "oom"  # not a reason: what the engine calls the event
 @dataclass(frozen=True, kw_only=True)
 class DockerSettings:
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
-    # The next three come from dispatch.config.Settings (see dispatch.docker.setup).
+    # The next three come from dispatch.config.Settings (see dispatch.runners.docker.setup).
     default_image: str | None = None  # for jobs that name no image
     default_memory: str = "4g"  # for jobs run without the size gate
     default_cpus: float = 2.0
@@ -102,7 +106,7 @@ class DockerSettings:
 
         The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
         default job size are parsed once, by dispatch.config, and laid over these by
-        dispatch.docker.setup.
+        dispatch.runners.docker.setup.
         """
         e = dict(os.environ if env is None else env)
         roots = tuple(r for r in e.get("DISPATCH_ALLOWED_ROOTS", "").split(os.pathsep) if r)
@@ -220,7 +224,7 @@ class _Exit:
     truncated: bool
 
 
-class DockerRunner:
+class DockerRunner(Runner):
     def __init__(
         self, settings: DockerSettings, client: DockerClient, *, clock: Clock | None = None
     ) -> None:
@@ -265,6 +269,11 @@ class DockerRunner:
         except ImageMissing:
             return IMAGE_MISSING
         return ""
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        """Stop and remove `host`'s containers that no live claim owns; False if unlisted."""
+        report = await reap(self.client, host, is_live)
+        return report.listed
 
     async def settle(self) -> None:
         """Wait for removals left running by cancelled runs."""
