@@ -11,8 +11,9 @@ maps a result to an outcome with `classify` below, after `run` returns.
 A run is not cancelled to stop it: it is aborted through `ctx.signal`. The worker aborts on
 `lock-lost`, `operator-cancel` and `shutdown`, a fleet-lease gate on `lease-lost`, the processor
 on `job-timeout`. The runner watches the signal and stops the work (SIGTERM, then SIGKILL after
-`ctx.grace_s`), then returns. How long to wait for that is the processor's (`abort_wait_s`):
-past it the processor stops waiting, but keeps the run's holds until the run returns.
+`ctx.grace_s`, or at once when the abort is urgent: `within_grace`), then returns. The
+processor waits for that however long it takes, keeping the claim and every hold: a run never
+outlives its claim.
 
 Exit codes: 0 completed; 2 a policy refusal by the job itself; anything else, or a kill, an
 infrastructure failure (retried while attempts remain). A job that never started spent nothing.
@@ -24,7 +25,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -49,16 +50,22 @@ TRUNCATION_MARK = b"\n[dispatch: output truncated]\n"
 
 
 class AbortSignal:
-    """Set once, with the first reason given; the worker holds it from claim to finish."""
+    """Set once, with the first reason given; the worker holds it from claim to finish.
 
-    __slots__ = ("_callbacks", "event", "reason")
+    `urgent` cuts the stop grace short: set when the claim is known or presumed lost, so the
+    run is killed at once rather than after the grace (another host may already run it)."""
+
+    __slots__ = ("_callbacks", "event", "reason", "urgent")
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self.urgent = asyncio.Event()
         self.reason = ""
         self._callbacks: list[Callable[[], object]] = []
 
-    def abort(self, reason: str) -> None:
+    def abort(self, reason: str, *, urgent: bool = False) -> None:
+        if urgent:
+            self.urgent.set()
         if not self.event.is_set():
             self.reason = reason
             self.event.set()
@@ -95,6 +102,19 @@ class RunContext:
     def abort(self, reason: str) -> None:
         """Ask the runner to stop; the first reason given is the one recorded."""
         self.signal.abort(reason)
+
+
+async def within_grace(ctx: RunContext, stopping: asyncio.Future[Any]) -> bool:
+    """Wait for `stopping` up to the stop grace, less if the abort turns urgent; True when it
+    finished in time (the caller kills otherwise)."""
+    urgent = asyncio.ensure_future(ctx.signal.urgent.wait())
+    try:
+        await asyncio.wait(
+            {stopping, urgent}, timeout=ctx.grace_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        urgent.cancel()
+    return stopping.done()
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

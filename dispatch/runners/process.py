@@ -18,7 +18,14 @@ from typing import IO
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.reasons import COMMAND_NOT_FOUND, NO_COMMAND, SIGKILLED, STOP_TIMEOUT, killed_by
-from dispatch.runners.base import TRUNCATION_MARK, IsLive, RunContext, Runner, RunResult
+from dispatch.runners.base import (
+    TRUNCATION_MARK,
+    IsLive,
+    RunContext,
+    Runner,
+    RunResult,
+    within_grace,
+)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -77,7 +84,8 @@ class ProcessRunner(Runner):
 
 
 async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> str | None:
-    """Wait for the exit; on abort, TERM the group, then KILL it after the grace."""
+    """Wait for the exit; on abort, TERM the group, then KILL it after the grace (or at once,
+    when the abort is urgent)."""
     waiter = asyncio.ensure_future(proc.wait())
     aborted = asyncio.ensure_future(ctx.aborted.wait())
     await asyncio.wait({waiter, aborted}, return_when=asyncio.FIRST_COMPLETED)
@@ -85,13 +93,11 @@ async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> s
     if waiter.done():
         return None
     _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.shield(waiter), ctx.grace_s)
+    if await within_grace(ctx, waiter):
         return None
-    except TimeoutError:
-        _signal_group(proc.pid, signal.SIGKILL)
-        await waiter
-        return STOP_TIMEOUT
+    _signal_group(proc.pid, signal.SIGKILL)
+    await waiter
+    return STOP_TIMEOUT
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

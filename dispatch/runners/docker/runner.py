@@ -39,6 +39,7 @@ logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -360,13 +361,27 @@ class DockerRunner(Runner):
             if exited.done():
                 return exited.result(), False
             event("container_stopping", job=ctx.job.id, reason=ctx.abort_reason)
-            await self._stop(cid, ctx.grace_s)
+            await self._stop(cid, ctx)
             return await exited, True
         finally:
             aborted.cancel()
             exited.cancel()
 
-    async def _stop(self, cid: str, grace_s: float) -> None:
+    async def _stop(self, cid: str, ctx: RunContext) -> None:
+        """The engine's stop (TERM, KILL after the grace); a kill at once if the abort turns
+        urgent meanwhile (the claim is lost: another host may already run this job)."""
+        stopping = asyncio.ensure_future(self._stop_gracefully(cid, ctx.grace_s))
+        urgent = asyncio.ensure_future(ctx.signal.urgent.wait())
+        try:
+            await asyncio.wait({stopping, urgent}, return_when=asyncio.FIRST_COMPLETED)
+            if not stopping.done():
+                with contextlib.suppress(ContainerNotFound):
+                    await self.client.kill(cid)
+            await stopping
+        finally:
+            urgent.cancel()
+
+    async def _stop_gracefully(self, cid: str, grace_s: float) -> None:
         try:
             await self.client.stop(cid, grace_s)
         except ContainerNotFound:
