@@ -209,10 +209,15 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     ),
     _abort(
         LOCK_LOST,
-        "worker",
-        "this host lost the job's lock, so another pickup may own it; the run was stopped",
+        "lock keeper",
+        "this host lost the job's lock, or could not renew it in time, so the run was stopped "
+        "before another host could take the job; it goes back, spending no attempt",
     ),
-    _abort(LEASE_LOST, "fleet lease", "a fleet lease the job held lapsed; the run was stopped"),
+    _abort(
+        LEASE_LOST,
+        "fleet lease",
+        "a fleet lease the job held lapsed; the run was stopped and goes back, spending no attempt",
+    ),
     _abort(
         SHUTDOWN,
         "worker",
@@ -223,7 +228,7 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     _infra(
         ABORT_UNCONFIRMED,
         "processor",
-        "the run did not confirm it stopped after an abort; its holds stay until it is gone",
+        "(records of older releases) the run did not confirm it stopped after an abort",
     ),
     _infra(
         EXIT_UNKNOWN,

@@ -57,7 +57,9 @@ class Settings:
     state_dir: Path = field(default_factory=default_state_dir)
     config_dir: Path = field(default_factory=default_config_dir)
     runner: str = "docker"
-    lock_ms: int = 30_000
+    lock_ms: int = 60_000  # at least 3 x (stop grace + renewal period): see _check
+    renew_s: float = 2.0  # lock renewal period, also how fast a cancel request is seen
+    sweep_s: float = 10.0  # how often each queue's expired locks are swept
     max_stalls: int = 1
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
@@ -145,6 +147,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("concurrency", "DISPATCH_CONCURRENCY", _positive_int),
     ("runner", "DISPATCH_RUNNER", _runner),
     ("lock_ms", "DISPATCH_LOCK_MS", _positive_int),
+    ("renew_s", "DISPATCH_RENEW_EVERY", _seconds),
+    ("sweep_s", "DISPATCH_SWEEP_EVERY", _seconds),
     ("max_stalls", "DISPATCH_MAX_STALLS", int),
     ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
@@ -159,5 +163,15 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
 def _check(s: Settings) -> None:
     if s.lock_ms < 3000:
         raise ConfigError("DISPATCH_LOCK_MS must be at least 3000")
+    if s.renew_s <= 0 or s.sweep_s <= 0:
+        raise ConfigError("DISPATCH_RENEW_EVERY and DISPATCH_SWEEP_EVERY must be above 0")
+    # A run is stopped before its lock can lapse (daemon/lock_keeper.py): the lock must leave
+    # room for the stop grace and two missed renewals, with a margin.
+    floor_ms = 3 * (s.stop_grace_s + s.renew_s) * 1000
+    if s.lock_ms < floor_ms:
+        raise ConfigError(
+            f"DISPATCH_LOCK_MS={s.lock_ms} is too short for DISPATCH_STOP_GRACE and "
+            f"DISPATCH_RENEW_EVERY: it must be at least 3 x (grace + renewal) = {floor_ms:.0f}"
+        )
     if s.max_stalls < 0:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")

@@ -9,7 +9,7 @@ only infrastructure failures retry, with exponential backoff.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ from dispatch.model import (
 )
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
-    ABORT_UNCONFIRMED,
     CANCELLED,
     COMPLETED,
     FAILED,
@@ -54,6 +53,7 @@ from dispatch.reasons import (
     INTERNAL_ERROR,
     INVALID_JOB,
     JOB_TIMEOUT,
+    LEASE_LOST,
     LOCK_LOST,
     NEWER_RELEASE,
     POLICY,
@@ -65,6 +65,12 @@ from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
 
 SHUTDOWN_DELAY_MS = 1_000
+ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
+
+# Aborts that are faults, not the job's doing: the claim is handed back as a defer (no attempt
+# spent), due after this long. Its record stays in the local log; the finish, fenced, mirrors
+# it only if the claim still holds, so a stale run's report is never recorded fleet-wide.
+HAND_BACK = {SHUTDOWN: SHUTDOWN_DELAY_MS, LOCK_LOST: 0, LEASE_LOST: 1_000}
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,13 @@ class ProcessorSettings:
     host: str
     output_dir: Path
     stop_grace_s: float = 10.0
-    abort_wait_s: float = 30.0
+    abort_slack_s: float = ABORT_SLACK_S
+
+    @property
+    def abort_wait_s(self) -> float:
+        """How long a stop may take before it is logged: the grace and some slack."""
+        return self.stop_grace_s + self.abort_slack_s
+
     retry_base_ms: int = 5_000
     retry_max_ms: int = 10 * 60_000
 
@@ -85,7 +97,6 @@ class Ending:
     payload: bytes
     delay_ms: int = 0
     record: RunRecord | None = None
-    lingering: asyncio.Task[RunResult] | None = None  # a run that would not stop in time
     mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
 
 
@@ -117,7 +128,6 @@ class Processor:
         except InvalidJob as exc:
             return self._refuse(claim, None, Refuse(INVALID_JOB, str(exc)))
         pickup = Pickup(claim, job, signal, self.config())
-        lingering = None
         try:
             decision = await self._gates(pickup)
             job = pickup.job = _resolved(pickup)  # records name the project the gates found
@@ -127,14 +137,9 @@ class Processor:
                 return self._refuse(claim, job, decision)
             if isinstance(decision, Settled):
                 return self._settled(claim, job, decision.record)
-            ending = await self._run(pickup)
-            lingering = ending.lingering
-            return ending
-        finally:
-            if lingering is None:
-                await pickup.release()
-            else:  # the container is not gone yet: its folder, slots and budget stay held
-                lingering.add_done_callback(lambda _: _spawn(pickup.release()))
+            return await self._run(pickup)
+        finally:  # only once the run is gone: its folder, slots and budget stay held till then
+            await pickup.release()
 
     async def _gates(self, pickup: Pickup) -> Decision:
         for gate in self.gates:
@@ -154,18 +159,17 @@ class Processor:
             grace_s=self.s.stop_grace_s,
             signal=signal,
         )
-        if signal.event.is_set() and signal.reason == SHUTDOWN:
-            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, SHUTDOWN), job)
+        if signal.reason in HAND_BACK:  # aborted in the gates: nothing ran, nothing spent
+            return self._defer(claim, Defer(HAND_BACK[signal.reason], signal.reason), job)
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
         try:
-            result, lingering = await self._watch(ctx)
+            result = await self._watch(ctx)
         finally:
             timer.cancel()
         ending = self._ending(claim, job, result, signal.reason)
-        ending.lingering = lingering
-        if ending.record is not None and result.started:
+        if ending.action != "defer" and ending.record is not None and result.started:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
 
@@ -191,36 +195,32 @@ class Processor:
         ending.record = None  # already recorded, locally by the host that ran it
         return ending
 
-    async def _watch(self, ctx: RunContext) -> tuple[RunResult, asyncio.Task[RunResult] | None]:
-        """Run; once aborted, wait at most `abort_wait_s` more before giving up on the run."""
+    async def _watch(self, ctx: RunContext) -> RunResult:
+        """Run to the end, however long a stop takes: the claim and every hold are kept until
+        the run is really gone (a run never outlives its claim). A stop that takes longer than
+        `abort_wait_s` is logged, once."""
         loop = asyncio.get_running_loop()
         task = loop.create_task(self.runner.run(ctx))
-        settled: asyncio.Future[None] = loop.create_future()
+        late: list[asyncio.TimerHandle] = []
 
-        def settle(*_: object) -> None:
-            if not settled.done():
-                settled.set_result(None)
+        def unconfirmed() -> None:
+            if not task.done():
+                event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)
 
-        task.add_done_callback(settle)
-        give_up: list[asyncio.TimerHandle] = []
         ctx.signal.when_aborted(
-            lambda: give_up.append(loop.call_later(self.s.abort_wait_s, settle))
+            lambda: late.append(loop.call_later(self.s.abort_wait_s, unconfirmed))
         )
         try:
-            await settled
+            return await asyncio.shield(task)
         finally:
-            for handle in give_up:
+            for handle in late:
                 handle.cancel()
-        if task.done():
-            return task.result(), None
-        event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)
-        return RunResult(started=True, error=ABORT_UNCONFIRMED), task
 
     def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
         outcome, reason = classify(result, abort_reason)
         record = self._record(claim, job, result, outcome, reason)
-        if abort_reason == SHUTDOWN:
-            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, SHUTDOWN), job, record)
+        if abort_reason in HAND_BACK:  # a fault stopped it: back without spending an attempt
+            return self._defer(claim, Defer(HAND_BACK[abort_reason], abort_reason), job, record)
         return self._ending_for(claim, job, result, outcome, reason, record)
 
     def _ending_for(
@@ -232,7 +232,7 @@ class Processor:
         reason: str,
         record: RunRecord,
     ) -> Ending:
-        if outcome == INFRA and reason != LOCK_LOST and claim.attempt < job.attempts:
+        if outcome == INFRA and claim.attempt < job.attempts:
             delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
             retry = Defer(delay, RETRY, detail=reason)
             return self._defer(claim, retry, job, record, "retry")  # not a reason: the action
@@ -328,15 +328,6 @@ class Processor:
         return self._refuse(
             claim, None, Refuse(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), FAILED
         )
-
-
-_background: set[asyncio.Task[None]] = set()
-
-
-def _spawn(coro: Coroutine[Any, Any, None]) -> None:
-    task = asyncio.get_running_loop().create_task(coro)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
 
 
 def _resolved(pickup: Pickup) -> Job:

@@ -25,7 +25,6 @@ from dispatch.reasons import DIRTY_TREE
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
 from tests.support.pickups import claim_of
-from tests.support.polling import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -161,22 +160,20 @@ class Stubborn:
 
 
 async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_path: Path) -> None:
+    """The pickup does not end (so its claim stays held and renewed) while the run lives."""
     ledger = Ledger()
     runner = Stubborn()
     gates = [ScriptedGate("scope", ledger, 2, "admit")]
-    proc = processor(runner, gates, tmp_path, abort_wait_s=0.01)
+    proc = processor(runner, gates, tmp_path, stop_grace_s=0.01, abort_slack_s=0.01)
     signal = AbortSignal()
     signal.abort("operator-cancel")
-    ending = await proc.process(claim_of(Job(id="j4", command=["true"])), signal)
-    assert ending.lingering is not None and ending.action == "finish"
+    pickup = asyncio.create_task(proc.process(claim_of(Job(id="j4", command=["true"])), signal))
+    await asyncio.sleep(0.1)  # ten times the abort wait: it would have given up by now
+    assert not pickup.done()
     assert ledger.released == []  # the folder and the budget are still in use
     runner.gone.set()
-    await ending.lingering
-
-    async def released() -> bool:  # the release runs as its own task once the run ends
-        return len(ledger.released) == 2
-
-    await eventually(released, 5)
+    ending = await asyncio.wait_for(pickup, 5)
+    assert ending.action == "finish"
     assert ledger.released == ["scope.1", "scope.0"]
 
 

@@ -133,8 +133,13 @@ def test_a_daemon_killed_mid_job_is_recovered_by_another_exactly_once(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
     trace = tmp_path / "trace"
-    env1 = cli_env(redis_url, prefix, tmp_path / "s1", DISPATCH_HOST="h1", DISPATCH_LOCK_MS="3000")
-    env2 = cli_env(redis_url, prefix, tmp_path / "s2", DISPATCH_HOST="h2", DISPATCH_LOCK_MS="3000")
+    fast = {
+        "DISPATCH_LOCK_MS": "3000",
+        "DISPATCH_STOP_GRACE": "0.5s",
+        "DISPATCH_RENEW_EVERY": "0.5s",
+    }
+    env1 = cli_env(redis_url, prefix, tmp_path / "s1", DISPATCH_HOST="h1", **fast)
+    env2 = cli_env(redis_url, prefix, tmp_path / "s2", DISPATCH_HOST="h2", **fast)
     script = f"echo start >> {trace}; sleep 2; echo end >> {trace}"
     with daemon(env1) as first:
         job_id = dispatch(env1, "submit", "--", "sh", "-c", script).stdout.strip()

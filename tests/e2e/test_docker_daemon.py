@@ -32,7 +32,8 @@ def env(redis_url: str, prefix: str, tmp_path: Path, image: str, host_label: str
         DISPATCH_RUNNER="docker",
         DISPATCH_HOST=host_label,
         DISPATCH_IMAGE=image,
-        DISPATCH_LOCK_MS="3000",
+        DISPATCH_LOCK_MS="4500",  # 3 x (stop grace + renewal period)
+        DISPATCH_RENEW_EVERY="0.5s",
         DISPATCH_SHUTDOWN_GRACE="1s",
         DISPATCH_STOP_GRACE="1s",
     )

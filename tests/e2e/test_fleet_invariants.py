@@ -67,6 +67,7 @@ def test_folder_repo_and_endpoint_bounds_hold_across_three_daemons(
         cli_env(
             redis_url, prefix, tmp_path / host, DISPATCH_HOST=host, DISPATCH_CONCURRENCY="3",
             DISPATCH_CONFIG_DIR=str(config), DISPATCH_LOCK_MS="3000",
+            DISPATCH_STOP_GRACE="0.5s", DISPATCH_RENEW_EVERY="0.5s",
         )
         for host in HOSTS
     ]  # fmt: skip

@@ -1,0 +1,195 @@
+"""A lane: one queue's claims and finishes, in three small loops.
+
+  pump     claims when there is room and something may be ready: woken by the marker
+           watcher, by a timer set to the next due instant, or by a flush that drained it.
+           At a due instant with no room it passes a wake-up on, so a host with room starts
+           the job at once instead of at its next idle claim;
+  watcher  blocks on the queue's marker (BZPOPMIN) while there is room, so an idle daemon
+           sends about one command every few seconds and a new job starts at once;
+  flusher  ends finished claims in one script call together with the next claim (one round
+           trip per batch), and appends their run records to the local log in one write.
+
+A Redis fault in any of them is logged and retried; a finish that cannot be sent stays
+pending (its claim stays held and renewed) until Redis answers. A local log that cannot be
+written is logged and skipped: the finish carries the record to Redis all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from dispatch.clock import Clock
+from dispatch.config.settings import Settings
+from dispatch.daemon.capacity import Capacity
+from dispatch.daemon.tasks import Lifecycle
+from dispatch.log import event
+from dispatch.queue.transitions import Claim, ClaimBatch, Finish, Queue
+from dispatch.records.disk_log import RecordLog
+
+CLAIM_RETRY_S = 1.0
+FINISH_RETRY_S = 0.5
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Loop periods that are not operator settings; tests shorten them."""
+
+    heartbeat_s: float = 5.0
+    block_s: float = 5.0  # longest single BZPOPMIN
+    idle_claim_s: float = 30.0  # a safety claim when nothing woke us for this long
+    batch: int = 100  # most jobs claimed per call
+
+
+@dataclass
+class Lane:
+    queue: Queue
+    settings: Settings
+    timing: Timing
+    capacity: Capacity
+    life: Lifecycle
+    clock: Clock
+    records: RecordLog
+    blocking: Redis
+    start: Callable[[Claim], None]
+    pending: list[tuple[Finish, bytes | None]] = field(default_factory=list)
+    flush_now: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    must_claim: bool = True
+    due_at: float | None = None  # the clock's monotonic instant of the next delayed job
+
+    @property
+    def name(self) -> str:
+        return self.queue.name
+
+    def end(self, finish: Finish, run_json: bytes | None) -> None:
+        self.pending.append((finish, run_json))
+        self.flush_now.set()
+
+    # -- pump ------------------------------------------------------------------------------
+
+    async def pump(self) -> None:
+        while not self.life.draining:
+            due = self.due_at is not None and self.clock.monotonic() >= self.due_at
+            if self.capacity.free > 0 and (self.must_claim or due):
+                self.must_claim = False
+                await self.claim()
+            elif due:
+                await self._pass_on_due()
+            await self._sleep_until_woken()
+
+    async def _sleep_until_woken(self) -> None:
+        timeout = self.timing.idle_claim_s
+        if self.due_at is not None:
+            timeout = min(timeout, max(self.due_at - self.clock.monotonic(), 0.0))
+        try:
+            await asyncio.wait_for(self.wake.wait(), timeout)
+        except TimeoutError:
+            self.must_claim = self.due_at is None  # the idle safety claim
+        self.wake.clear()
+
+    async def _pass_on_due(self) -> None:
+        """Due, but no room here: wake a host that has room, once for this due instant."""
+        self.due_at = None
+        try:
+            await self.queue.wake()
+        except (RedisError, OSError) as exc:
+            event("redis_error", during="pass_on_due", error=str(exc))
+
+    async def claim(self) -> None:
+        want = self.capacity.take(self.life.draining)
+        if want == 0:
+            return
+        try:
+            batch = await self.queue.claim(want, self.settings.host, self.settings.lock_ms)
+        except (RedisError, OSError) as exc:
+            self.capacity.give(want)
+            self.must_claim = True
+            event("redis_error", during="claim", error=str(exc))
+            await self.life.stopped_within(CLAIM_RETRY_S)
+            return
+        self.accept(batch, want)
+
+    def accept(self, batch: ClaimBatch, want: int) -> None:
+        self.capacity.give(want - len(batch.claims))
+        # Redis says how far off the next due job is; the local clock counts that down.
+        self.due_at = (
+            self.clock.monotonic() + (batch.next_due_ms - batch.now_ms) / 1000
+            if batch.next_due_ms
+            else None
+        )
+        for claim in batch.claims:
+            self.start(claim)
+
+    # -- watcher ---------------------------------------------------------------------------
+
+    async def watch(self) -> None:
+        while not self.life.draining:
+            await self.capacity.room.wait()
+            if self.life.draining:
+                return
+            try:
+                await self._take_wakeup()
+            except (RedisError, OSError) as exc:  # one fault must not end this queue's watcher
+                event("redis_error", during="watch", error=str(exc))
+                await self.life.stopped_within(CLAIM_RETRY_S)
+
+    async def _take_wakeup(self) -> None:
+        if not await self.blocking.bzpopmin(self.queue.keys.marker, self.timing.block_s):
+            return
+        if self.capacity.free > 0 and not self.life.draining:
+            self.must_claim = True
+            self.wake.set()
+        else:
+            await self.queue.wake()  # pass the wake-up on to a host with room
+
+    # -- flusher ---------------------------------------------------------------------------
+
+    async def flusher(self) -> None:
+        while not self.life.closing:
+            await self.flush_now.wait()
+            self.flush_now.clear()
+            if self.pending:
+                await self.flush()
+
+    async def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        self._write_local(run for _, run in batch if run)
+        items = [finish for finish, _ in batch]
+        want = self.capacity.take(self.life.draining)
+        try:
+            if want:
+                oks, claimed = await self.queue.finish_and_claim(
+                    items, want, self.settings.host, self.settings.lock_ms
+                )
+            else:
+                oks, claimed = await self.queue.finish(items), None
+        except (RedisError, OSError) as exc:
+            self.capacity.give(want)
+            self.pending[:0] = [(f, None) for f in items]  # the local record is already written
+            event("redis_error", during="finish", error=str(exc))
+            await self.life.stopped_within(FINISH_RETRY_S)
+            self.flush_now.set()
+            return
+        self._settle(items, oks, claimed, want)
+
+    def _write_local(self, runs: Iterable[bytes]) -> None:
+        try:
+            self.records.append(runs)
+        except OSError as exc:
+            event("record_write_failed", queue=self.name, error=str(exc))
+
+    def _settle(
+        self, items: list[Finish], oks: list[bool], claimed: ClaimBatch | None, want: int
+    ) -> None:
+        for item, ok in zip(items, oks, strict=True):
+            if not ok:
+                event("finish_refused_lock_lost", job=item.id, action=item.action)
+        if claimed is not None:
+            self.accept(claimed, want)
+            if len(claimed.claims) < want:
+                self.wake.set()  # the queue ran dry: let the pump re-arm its timer

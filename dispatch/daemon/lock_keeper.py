@@ -1,0 +1,113 @@
+"""The lock keeper: keeps this daemon's claims alive, and stops a run before its claim can lapse.
+
+Every renewal period it renews the running claims of each queue in one call (`job_extend`,
+which also reports their cancel requests), and it judges every run by the local clock:
+
+- a renewal refused (another token holds the job, or its deadline passed) is a lost claim:
+  the run is stopped at once (urgent: SIGKILL, no grace), since another host may run it now;
+- Redis unreachable: the lock was last pushed to at least `sent + lock` (Redis set the new
+  deadline no earlier than the renewal was sent), so the stop starts at
+      sent + lock - stop grace - 2 renewal periods - margin
+  leaving the grace to finish inside the lock, and turns urgent at `sent + lock - margin`,
+  when the lock is presumed lost. Both are `lock-lost`: the job goes back without spending an
+  attempt (see the processor), and the run's holds stay until it is really gone.
+
+The settings refuse a lock shorter than 3 x (stop grace + renewal period), so an outage
+shorter than about a third of the lock never stops a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from dispatch.clock import Clock
+from dispatch.config.settings import Settings
+from dispatch.log import event
+from dispatch.queue.transitions import Claim, Queue
+from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
+from dispatch.runners.base import AbortSignal
+
+
+@dataclass
+class Running:
+    """A claim this process holds, from claim to the end of its finish."""
+
+    claim: Claim
+    signal: AbortSignal = field(default_factory=AbortSignal)
+    renewed_at: float = 0.0  # clock.monotonic() when the last successful renewal was sent
+
+
+class LockKeeper:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: Redis,
+        queues: Mapping[str, Queue],
+        running: Mapping[tuple[str, str], Running],
+        clock: Clock,
+    ) -> None:
+        self.s = settings
+        self.redis = redis
+        self.queues = queues
+        self.running = running
+        self.clock = clock
+        margin = settings.renew_s / 2
+        lock_s = settings.lock_ms / 1000
+        self.stop_after_s = lock_s - settings.stop_grace_s - 2 * settings.renew_s - margin
+        self.lost_after_s = lock_s - margin
+
+    async def tick(self) -> None:
+        """One renewal period: judge every run's deadline, renew every queue's claims (each
+        call bounded by the period), and judge again with what the renewals told."""
+        self.judge(self.running.values())
+        await asyncio.gather(*(self._renew(q) for q in self.queues.values()))
+        self.judge(self.running.values())
+
+    def judge(self, entries: Iterable[Running]) -> None:
+        """Stop each run whose claim may lapse before its stop could finish."""
+        now = self.clock.monotonic()
+        for entry in entries:
+            quiet = now - entry.renewed_at
+            if quiet >= self.lost_after_s:
+                entry.signal.abort(LOCK_LOST, urgent=True)
+            elif quiet >= self.stop_after_s and not entry.signal.event.is_set():
+                event("lock_deadline_stop", job=entry.claim.id, quiet_s=round(quiet, 3))
+                entry.signal.abort(LOCK_LOST)
+
+    async def _renew(self, queue: Queue) -> None:
+        held = {k[1]: e for k, e in self.running.items() if k[0] == queue.name}
+        if not held:
+            return
+        sent = self.clock.monotonic()
+        try:
+            locks = [(job_id, e.claim.token) for job_id, e in held.items()]
+            lost, cancels = await asyncio.wait_for(
+                queue.extend(locks, self.s.lock_ms), self.s.renew_s
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            event("renew_failed", queue=queue.name, error=str(exc) or type(exc).__name__)
+            return
+        for job_id, entry in held.items():
+            if job_id not in lost:
+                entry.renewed_at = sent
+        for job_id in lost:
+            event("lock_lost", job=job_id, queue=queue.name)
+            held[job_id].signal.abort(LOCK_LOST, urgent=True)
+        for job_id in cancels:
+            await self._take_cancel(queue, held[job_id])
+
+    async def _take_cancel(self, queue: Queue, entry: Running) -> None:
+        if entry.signal.event.is_set():
+            return
+        entry.signal.abort(OPERATOR_CANCEL)
+        event("cancel_taken", job=entry.claim.id)
+        ack = queue.keys.ack(entry.claim.id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lpush(ack, self.s.host)
+            pipe.expire(ack, 60)
+            await pipe.execute()

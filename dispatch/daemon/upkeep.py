@@ -1,0 +1,49 @@
+"""Upkeep: what keeps the fleet's shared state honest, on timers.
+
+sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline passed go
+           back to wait (or fail `stalled` past `DISPATCH_MAX_STALLS`); whoever sweeps
+           first does it, so a dead host's jobs come back within lock + one sweep period;
+heartbeat  this host's alive key (with its running count), which other hosts count and
+           `dispatch cancel` asks before it waits for an acknowledgement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from dispatch.clock import Clock
+from dispatch.config.settings import Settings
+from dispatch.log import event
+from dispatch.model import Result, encoder, iso
+from dispatch.queue import keys
+from dispatch.queue.transitions import Queue
+from dispatch.reasons import INFRA, STALLED
+
+
+class Upkeep:
+    def __init__(
+        self, settings: Settings, redis: Redis, clock: Clock, running: Callable[[], int]
+    ) -> None:
+        self.s = settings
+        self.redis = redis
+        self.clock = clock
+        self.running = running
+
+    async def sweep(self, queue: Queue) -> None:
+        result = Result(
+            state="failed",
+            outcome=INFRA,
+            reason=STALLED,
+            host=self.s.host,
+            ended_at=iso(self.clock.now_ms()) or "",
+        )
+        requeued, failed = await queue.sweep(self.s.max_stalls, encoder.encode(result))
+        if requeued or failed:
+            event("stalled_jobs_swept", queue=queue.name, requeued=requeued, failed=failed)
+
+    async def beat(self, period_s: float) -> None:
+        alive = keys.host_alive(self.s.host, self.s.prefix)
+        payload = encoder.encode({"host": self.s.host, "running": self.running()})
+        await self.redis.set(alive, payload, px=int(period_s * 3000))
