@@ -66,6 +66,12 @@ class Lane:
     def name(self) -> str:
         return self.queue.name
 
+    def poke(self) -> None:
+        """Claim now: jobs were made ready here (a sweep), and the marker that says so may go
+        to a host that cannot act on it (one frozen in BZPOPMIN keeps its connection)."""
+        self.must_claim = True
+        self.wake.set()
+
     def end(self, finish: Finish, run_json: bytes | None) -> None:
         self.pending.append((finish, run_json))
         self.flush_now.set()

@@ -31,7 +31,8 @@ class Upkeep:
         self.clock = clock
         self.running = running
 
-    async def sweep(self, queue: Queue) -> None:
+    async def sweep(self, queue: Queue) -> list[str]:
+        """Sweep one queue; the ids put back in wait."""
         result = Result(
             state="failed",
             outcome=INFRA,
@@ -42,6 +43,7 @@ class Upkeep:
         requeued, failed = await queue.sweep(self.s.max_stalls, encoder.encode(result))
         if requeued or failed:
             event("stalled_jobs_swept", queue=queue.name, requeued=requeued, failed=failed)
+        return requeued
 
     async def beat(self, period_s: float) -> None:
         alive = keys.host_alive(self.s.host, self.s.prefix)

@@ -122,14 +122,14 @@ class Worker:
                 supervised(f"watch:{name}", lane.watch, life),
                 supervised(f"flush:{name}", lane.flusher, life),
                 every(
-                    f"sweep:{name}",
-                    self.s.sweep_s,
-                    partial(self.upkeep.sweep, lane.queue),
-                    life,
-                    at_start=True,
+                    f"sweep:{name}", self.s.sweep_s, partial(self._sweep, lane), life, at_start=True
                 ),
             ]
         return loops
+
+    async def _sweep(self, lane: Lane) -> None:
+        if await self.upkeep.sweep(lane.queue):
+            lane.poke()
 
     async def _close(self, background: list[asyncio.Task[Any]]) -> None:
         """Let every loop return on its own: cancelling a Redis call mid-flight can leave a

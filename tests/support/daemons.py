@@ -55,12 +55,12 @@ def dispatch_json(env: dict[str, str], *args: str, program: Sequence[str] = SOUR
 def daemon(
     env: dict[str, str], command: str = "worker", program: Sequence[str] = SOURCE
 ) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
-        [*program, command],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    """A daemon process; its log goes to `daemon.log` in its state dir (a pipe nobody reads
+    would fill and block the daemon)."""
+    state = Path(env["DISPATCH_STATE_DIR"])
+    state.mkdir(parents=True, exist_ok=True)
+    with open(state / "daemon.log", "ab") as log:
+        proc = subprocess.Popen([*program, command], env=env, stdout=log, stderr=log)
     try:
         yield proc
     finally:
@@ -71,8 +71,6 @@ def daemon(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def state_of(env: dict[str, str], job_id: str, program: Sequence[str] = SOURCE) -> str:

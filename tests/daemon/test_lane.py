@@ -1,0 +1,57 @@
+"""A lane on a real Redis: what its pump does at a due instant with and without room."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from dispatch.clock import FakeClock
+from dispatch.config.settings import Settings
+from dispatch.daemon.capacity import Capacity
+from dispatch.daemon.lane import Lane, Timing
+from dispatch.daemon.tasks import Lifecycle
+from dispatch.queue.transitions import Claim, Queue
+from dispatch.records.disk_log import RecordLog
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.anyio
+
+
+def lane_of(redis: Redis, prefix: str, tmp_path: Path, slots: int, clock: FakeClock) -> Lane:
+    started: list[Claim] = []
+    return Lane(
+        Queue(redis, "jobs", prefix),
+        Settings(redis_url="", embedded=False, prefix=prefix, host="h1"),
+        Timing(idle_claim_s=30.0),
+        Capacity(slots, 10),
+        Lifecycle(),
+        clock,
+        RecordLog(tmp_path),
+        redis,
+        started.append,
+    )
+
+
+async def test_due_with_no_room_passes_a_wake_up_on(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A host that learned the due time but is full wakes one that has room."""
+    clock = FakeClock()
+    lane = lane_of(redis, prefix, tmp_path, 0, clock)
+    lane.must_claim = False
+    lane.due_at = clock.monotonic()  # due now
+    pump = asyncio.create_task(lane.pump())
+    try:
+        await eventually(lambda: _marked(redis, lane))
+        assert lane.due_at is None  # passed on once, not again at every wake
+    finally:
+        lane.life.draining = True
+        lane.wake.set()
+        await asyncio.wait_for(pump, 5)
+
+
+async def _marked(redis: Redis, lane: Lane) -> bool:
+    return await redis.zscore(lane.queue.keys.marker, "w") is not None
