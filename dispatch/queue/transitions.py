@@ -238,8 +238,16 @@ class Queue:
         )
         raise_for(int(code), f"cancel {job_id}")
 
-    async def pause(self) -> None:
-        await self.redis.set(self.keys.paused, 1)
+    async def pause(self, mark: str = "1", *, replace: bool = True) -> None:
+        """Claim nothing until resumed; `replace=False` leaves a pause already set as it is."""
+        await self.redis.set(self.keys.paused, mark, nx=not replace)
+
+    async def unpause(self, mark: str) -> bool:
+        """Lift the pause only if it still reads `mark`: a newer pause is left standing."""
+        code = await script("queue_unpause")(
+            self.redis, [self.keys.paused, self.keys.marker], [mark]
+        )
+        return int(checked(code, f"unpause {self.name}")) == 1
 
     async def resume(self) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -37,6 +37,7 @@ KEYS = {
         "job_sweep": "active lock wait done stalls result marker cancel",
         "job_cancel": "wait delayed active done data lock result runs runs_idx",
         "job_cancel_request": "lock cancel",
+        "queue_unpause": "paused marker",
     }.items()
 }
 
@@ -744,6 +745,35 @@ async def test_cancel_request_bad_input_writes_nothing(q: Q, args) -> None:
     await q.enqueue("a")
     assert await q.claim_one() == ("a", "h:1")
     await assert_bad_input_writes_nothing(q, "job_cancel_request", args)
+
+
+# -- queue_unpause ------------------------------------------------------------------------
+
+
+async def test_unpause_lifts_the_pause_it_names_and_wakes_the_daemons(q: Q) -> None:
+    await q.redis.set(q.k.paused, "fleet:a1")
+    assert await q.call("queue_unpause", "fleet:a1") == 1
+    assert not await q.redis.exists(q.k.paused)
+    assert await q.redis.zscore(q.k.marker, "w") == 0
+
+
+@pytest.mark.parametrize("standing", ["fleet:b2", "1", None], ids=["newer", "by hand", "none"])
+async def test_unpause_leaves_any_other_pause_and_writes_nothing(q: Q, standing) -> None:
+    await q.enqueue("a")
+    if standing is not None:
+        await q.redis.set(q.k.paused, standing)
+    before = await q.snapshot()
+    assert await q.call("queue_unpause", "fleet:a1") == 0
+    assert await q.snapshot() == before
+
+
+BAD_UNPAUSE = {"empty mark": [""], "no mark": [], "two marks": ["fleet:a1", "fleet:b2"]}
+
+
+@pytest.mark.parametrize("args", BAD_UNPAUSE.values(), ids=BAD_UNPAUSE.keys())
+async def test_unpause_bad_input_writes_nothing(q: Q, args) -> None:
+    await q.redis.set(q.k.paused, "fleet:a1")
+    await assert_bad_input_writes_nothing(q, "queue_unpause", args)
 
 
 # -- NaN slips past the numeric checks (Redis' Lua tonumber("nan") is a number) --------------
