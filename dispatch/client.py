@@ -11,7 +11,6 @@ the queue's scripts.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import time
 from dataclasses import dataclass
@@ -35,8 +34,9 @@ from dispatch.model import (
     iso,
     one_line,
 )
-from dispatch.queue import keys
+from dispatch.queue import fleet_pause, keys
 from dispatch.queue.connect import redis_client
+from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.disk_log import decode as decode_record
@@ -63,6 +63,7 @@ class JobView:
     token: str | None = None
     defer: DeferRecord | None = None
     result: Result | None = None
+    paused: str = ""  # a job that waits: "fleet" (dispatch pause) or "queue" (its own queue's)
 
     @property
     def reason(self) -> str:
@@ -91,6 +92,7 @@ class JobView:
             "queued_at": self.queued_at,
             "defer": msgspec.to_builtins(self.defer) if self.defer else None,
             "result": msgspec.to_builtins(self.result) if self.result else None,
+            "paused": self.paused or None,
         }
 
 
@@ -135,8 +137,7 @@ class Client:
         return Queue(self.redis, name, self.prefix)
 
     async def queues(self) -> builtins.list[str]:
-        names = {_text(n) for n in await self.redis.smembers(keys.queues_registry(self.prefix))}
-        return sorted(names | {"jobs"})
+        return await fleet_pause.registered(self.redis, self.prefix)
 
     async def submit(
         self, job: Job, *, due_ms: int = 0, delay_ms: int = 0, dedup_window_ms: int = HOUR_MS
@@ -162,7 +163,8 @@ class Client:
         return next((v for v in views if v is not None), None)
 
     async def _views(self, wanted: builtins.list[tuple[str, str]]) -> builtins.list[JobView | None]:
-        """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs."""
+        """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs,
+        with whether the fleet or the job's queue is paused."""
         by_queue = {q: keys.queue_keys(q, self.prefix) for q in {q for q, _ in wanted}}
         async with self.redis.pipeline(transaction=False) as p:
             for queue, job_id in wanted:
@@ -172,9 +174,19 @@ class Client:
                 p.hexists(k.data, job_id)  # whether it is known; the document is not needed
                 for key in (k.defer, k.result, k.lock, k.attempts, k.stalls, k.queued):
                     p.hget(key, job_id)
+            p.exists(keys.fleet_paused(self.prefix))
+            for k in by_queue.values():
+                p.exists(k.paused)
             replies = await p.execute()
-        fields = _chunks(replies, _VIEW_FIELDS)
-        return [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
+        n = len(wanted) * _VIEW_FIELDS
+        fleet, *flags = replies[n:]
+        paused = {q for q, flag in zip(by_queue, flags, strict=True) if flag}
+        fields = _chunks(replies[:n], _VIEW_FIELDS)
+        views = [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
+        for v in views:
+            if v is not None and v.state in ("waiting", "delayed"):
+                v.paused = "fleet" if fleet else "queue" if v.queue in paused else ""
+        return views
 
     async def list(self, state: str | None = None, limit: int = 200) -> builtins.list[JobView]:
         """Up to `limit` jobs of each state group per queue: two round trips for all queues."""
@@ -269,14 +281,20 @@ class Client:
         return [record for _, record in found[:limit]]
 
     async def pause(self) -> builtins.list[str]:
-        names = await self.queues()
-        await asyncio.gather(*(self.queue(n).pause() for n in names))
-        return names
+        """Pause the fleet, durably: no queue, old or new, starts a job until `resume`.
+
+        The queues paused now; a queue first used later is paused by its daemon before it
+        claims (`queue/fleet_pause.py` says what is guaranteed)."""
+        at = iso(self.clock.now_ms()) or ""
+        return await fleet_pause.pause(self.redis, self.prefix, at=at, by=self.host)
 
     async def resume(self) -> builtins.list[str]:
-        names = await self.queues()
-        await asyncio.gather(*(self.queue(n).resume() for n in names))
-        return names
+        """Lift the fleet pause and every registered queue's own pause."""
+        return await fleet_pause.resume(self.redis, self.prefix)
+
+    async def pause_state(self) -> PauseState:
+        """The fleet pause, if one stands, and which registered queues are paused."""
+        return await fleet_pause.state(self.redis, self.prefix, await self.queues())
 
 
 _VIEW_FIELDS = 10  # what `_views` asks per job, in the order `_view` unpacks it

@@ -30,7 +30,7 @@ from dispatch.config.settings import Settings
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.log import event
 from dispatch.model import Result, encoder, iso
-from dispatch.queue import keys
+from dispatch.queue import fleet_pause, keys
 from dispatch.queue.scripts import load_all
 from dispatch.queue.transitions import Claim, ClaimBatch, Finish, Queue
 from dispatch.reasons import INFRA, LOCK_LOST, OPERATOR_CANCEL, SHUTDOWN, STALLED
@@ -398,3 +398,4 @@ class Worker:
         await self.redis.set(
             alive, encoder.encode({"host": self.s.host, "running": len(self.running)}), px=ttl_ms
         )
+        await fleet_pause.follow(self.redis, self.s.prefix, self.lanes)  # run: before any claim
