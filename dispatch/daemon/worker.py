@@ -288,6 +288,7 @@ class Worker:
             ending.delay_ms,
             record.run_id if record and fleet_copy else "",
             fleet_copy or b"",
+            ending.cancelled,
         )
         lane = self.lanes[claim.queue]
         lane.pending.append((finish, run_json))
