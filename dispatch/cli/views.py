@@ -167,6 +167,11 @@ def _period(sentence: str) -> str:
 
 def cancel_line(job_id: str, answer: CancelAnswer) -> tuple[str, int]:
     match answer.outcome:
+        case "cancelled" if answer.host:
+            return (
+                f"{job_id}: cancelled by host {answer.host} as its claim ended (operator-cancel)",
+                0,
+            )
         case "cancelled":
             return f"{job_id}: cancelled before it started (operator-cancel)", 0
         case "taken":
