@@ -12,7 +12,7 @@ ending that would run the job again (a deferral by the gates, a retry after the 
 cancelled finish. A request the worker has not seen yet is honoured by `job_finish.lua`
 itself: every retry or defer carries the result it finishes with instead (`Ending.cancelled`),
 and the script uses it when a cancel request stands at that moment, in the same atomic step.
-A run record is written only for a run that started.
+A cancel leaves a run record only when a run started.
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ class Processor:
         ending = await self._process(claim, signal)
         if signal.reason == OPERATOR_CANCEL and ending.action != "finish":
             event("cancel_honoured", job=claim.id, instead_of=ending.action)
-            return replace(ending, action="finish", payload=ending.cancelled, delay_ms=0)
+            cancelled = ending.cancelled
+            return replace(ending, action="finish", payload=cancelled, delay_ms=0, cancelled=b"")
         return ending
 
     async def _process(self, claim: Claim, signal: AbortSignal) -> Ending:
