@@ -11,7 +11,6 @@ the queue's scripts.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from redis.asyncio import Redis
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings, default_host, from_env
-from dispatch.errors import Conflict, InvalidJob, NotFound
+from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound
 from dispatch.model import (
     DeferRecord,
     Job,
@@ -35,8 +34,9 @@ from dispatch.model import (
     iso,
     one_line,
 )
-from dispatch.queue import keys
+from dispatch.queue import fleet_pause, keys
 from dispatch.queue.connect import redis_client
+from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.disk_log import decode as decode_record
@@ -45,7 +45,10 @@ HOUR_MS = 3_600_000
 # Every read ends at the socket timeout (a silent server is an error, not a hang), so a long
 # blocking wait is taken in steps well under it; redis-py 8 defaults to the same 5 s.
 _SOCKET_TIMEOUT_S = 5.0
-_BLOCK_STEP_S = 2.0
+_ACK_STEP_S = 0.5  # also how soon a claim that ended while we waited is noticed
+# A job that changes state between two round trips this many times in a row is not racing
+# one cancel: something else is wrong, and the caller hears so.
+_CANCEL_LOOKS = 20
 _defer = msgspec.json.Decoder(DeferRecord)
 _result = msgspec.json.Decoder(Result)
 
@@ -63,6 +66,7 @@ class JobView:
     token: str | None = None
     defer: DeferRecord | None = None
     result: Result | None = None
+    paused: str = ""  # a job that waits: "fleet" (dispatch pause) or "queue" (its own queue's)
 
     @property
     def reason(self) -> str:
@@ -91,13 +95,14 @@ class JobView:
             "queued_at": self.queued_at,
             "defer": msgspec.to_builtins(self.defer) if self.defer else None,
             "result": msgspec.to_builtins(self.result) if self.result else None,
+            "paused": self.paused or None,
         }
 
 
 @dataclass(frozen=True)
 class CancelAnswer:
     outcome: str  # cancelled | taken | unowned | finished | unacknowledged
-    host: str = ""
+    host: str = ""  # taken: the owner; cancelled: the owner that ended it so, if one did
 
 
 class Client:
@@ -135,8 +140,7 @@ class Client:
         return Queue(self.redis, name, self.prefix)
 
     async def queues(self) -> builtins.list[str]:
-        names = {_text(n) for n in await self.redis.smembers(keys.queues_registry(self.prefix))}
-        return sorted(names | {"jobs"})
+        return await fleet_pause.registered(self.redis, self.prefix)
 
     async def submit(
         self, job: Job, *, due_ms: int = 0, delay_ms: int = 0, dedup_window_ms: int = HOUR_MS
@@ -162,7 +166,8 @@ class Client:
         return next((v for v in views if v is not None), None)
 
     async def _views(self, wanted: builtins.list[tuple[str, str]]) -> builtins.list[JobView | None]:
-        """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs."""
+        """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs,
+        with whether the fleet or the job's queue is paused."""
         by_queue = {q: keys.queue_keys(q, self.prefix) for q in {q for q, _ in wanted}}
         async with self.redis.pipeline(transaction=False) as p:
             for queue, job_id in wanted:
@@ -172,9 +177,19 @@ class Client:
                 p.hexists(k.data, job_id)  # whether it is known; the document is not needed
                 for key in (k.defer, k.result, k.lock, k.attempts, k.stalls, k.queued):
                     p.hget(key, job_id)
+            p.exists(keys.fleet_paused(self.prefix))
+            for k in by_queue.values():
+                p.exists(k.paused)
             replies = await p.execute()
-        fields = _chunks(replies, _VIEW_FIELDS)
-        return [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
+        n = len(wanted) * _VIEW_FIELDS
+        fleet, *flags = replies[n:]
+        paused = {q for q, flag in zip(by_queue, flags, strict=True) if flag}
+        fields = _chunks(replies[:n], _VIEW_FIELDS)
+        views = [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
+        for v in views:
+            if v is not None and v.state in ("waiting", "delayed"):
+                v.paused = "fleet" if fleet else "queue" if v.queue in paused else ""
+        return views
 
     async def list(self, state: str | None = None, limit: int = 200) -> builtins.list[JobView]:
         """Up to `limit` jobs of each state group per queue: two round trips for all queues."""
@@ -197,13 +212,40 @@ class Client:
         return [v for v in found if v is not None and state in (None, v.state)]
 
     async def cancel(self, job_id: str, wait_s: float = 10.0) -> CancelAnswer:
-        """Stop exactly one job, whatever its state; raise NotFound for an unknown id."""
-        view = await self.get(job_id)
-        if view is None:
-            raise NotFound(f"no job {job_id}")
-        q = self.queue(view.queue)
+        """Stop exactly one job, whatever its state; raise NotFound for an unknown id.
+
+        A job can move while this looks (its claim ends, a deferred job is picked up again):
+        then it is looked at again, so the answer says where the job is now. For a running job,
+        wait up to `wait_s` for its owner's acknowledgement or for the claim to end."""
+        deadline = time.monotonic() + wait_s
+        requested = False
+        for _ in range(_CANCEL_LOOKS):
+            view = await self.get(job_id)
+            if view is None:
+                raise NotFound(f"no job {job_id}")
+            q = self.queue(view.queue)
+            code, token = await q.cancel(job_id, *self._cancel_record(view))
+            if code == 1:
+                return CancelAnswer("cancelled")
+            if code == 3:
+                return await self._ended(job_id, requested)
+            owner = token.rpartition(":")[0]
+            if not owner or not await self.redis.exists(keys.host_alive(owner, self.prefix)):
+                return CancelAnswer("unowned", owner)
+            try:
+                await q.request_cancel(job_id, token, int(max(wait_s, 1) * 3000))
+            except LockLost:
+                continue  # the claim ended between the two calls: look again
+            requested = True
+            answer = await self._acknowledged(q, job_id, token, deadline)
+            if answer is not None:
+                return answer
+        raise Conflict(f"cancel {job_id}: the job kept changing state; nothing more was asked")
+
+    def _cancel_record(self, view: JobView) -> tuple[bytes, str, bytes]:
+        """The result and run record written for a job cancelled before it started."""
         record = RunRecord(
-            id=job_id,
+            id=view.id,
             attempt=view.attempt,
             host=self.host,
             queue=view.queue,
@@ -219,29 +261,28 @@ class Client:
             host=self.host,
             ended_at=record.ended_at or "",
         )
-        code, token = await q.cancel(
-            job_id, encoder.encode(result), record.run_id, encoder.encode(record)
-        )
-        if code == 1:
-            return CancelAnswer("cancelled")
-        if code == 3:
-            return CancelAnswer("finished")
-        return await self._cancel_running(q, job_id, token, wait_s)
+        return encoder.encode(result), record.run_id, encoder.encode(record)
 
-    async def _cancel_running(
-        self, q: Queue, job_id: str, token: str, wait_s: float
-    ) -> CancelAnswer:
-        owner = token.rpartition(":")[0]
-        if not owner or not await self.redis.exists(keys.host_alive(owner, self.prefix)):
-            return CancelAnswer("unowned", owner)
-        await q.request_cancel(job_id, token, int(max(wait_s, 1) * 3000))
-        deadline = time.monotonic() + wait_s
+    async def _ended(self, job_id: str, requested: bool) -> CancelAnswer:
+        """A finished job: cancelled by our request (its owner ended it so), or on its own."""
+        view = await self.get(job_id)
+        result = view.result if view else None
+        if requested and result is not None and result.reason == OPERATOR_CANCEL:
+            return CancelAnswer("cancelled", result.host)
+        return CancelAnswer("finished")
+
+    async def _acknowledged(
+        self, q: Queue, job_id: str, token: str, deadline: float
+    ) -> CancelAnswer | None:
+        """The owner's acknowledgement; None when the claim ended first (look again)."""
         while (left := deadline - time.monotonic()) > 0:
             # in steps: redis-py cuts any read, BLPOP's included, at the socket timeout
-            reply = await self.redis.blpop([q.keys.ack(job_id)], timeout=min(left, _BLOCK_STEP_S))
+            reply = await self.redis.blpop([q.keys.ack(job_id)], timeout=min(left, _ACK_STEP_S))
             if reply is not None:
                 return CancelAnswer("taken", _text(reply[1]))
-        return CancelAnswer("unacknowledged", owner)
+            if _text(await self.redis.hget(q.keys.lock, job_id) or b"") != token:
+                return None
+        return CancelAnswer("unacknowledged", token.rpartition(":")[0])
 
     async def runs(self, limit: int = 50) -> builtins.list[RunRecord]:
         """The fleet's most recent run records (the Redis mirror), newest first.
@@ -269,14 +310,20 @@ class Client:
         return [record for _, record in found[:limit]]
 
     async def pause(self) -> builtins.list[str]:
-        names = await self.queues()
-        await asyncio.gather(*(self.queue(n).pause() for n in names))
-        return names
+        """Pause the fleet, durably: no queue, old or new, starts a job until `resume`.
+
+        The queues paused now; a queue first used later is paused by its daemon before it
+        claims (`queue/fleet_pause.py` says what is guaranteed)."""
+        at = iso(self.clock.now_ms()) or ""
+        return await fleet_pause.pause(self.redis, self.prefix, at=at, by=self.host)
 
     async def resume(self) -> builtins.list[str]:
-        names = await self.queues()
-        await asyncio.gather(*(self.queue(n).resume() for n in names))
-        return names
+        """Lift the fleet pause and every registered queue's own pause."""
+        return await fleet_pause.resume(self.redis, self.prefix)
+
+    async def pause_state(self) -> PauseState:
+        """The fleet pause, if one stands, and which registered queues are paused."""
+        return await fleet_pause.state(self.redis, self.prefix, await self.queues())
 
 
 _VIEW_FIELDS = 10  # what `_views` asks per job, in the order `_view` unpacks it

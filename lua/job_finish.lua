@@ -18,19 +18,24 @@ ARGV[1]  keep_done     int  finished jobs kept at most
 ARGV[2]  keep_done_ms  int  finished jobs kept at most this long
 ARGV[3]  keep_runs     int  mirrored run records kept at most
 ARGV[4]  keep_runs_ms  int  mirrored run records kept at most this long
-ARGV[5]  action     str   finish | retry | defer; ARGV[5..11] repeat once per job
+ARGV[5]  action     str   finish | retry | defer; ARGV[5..12] repeat once per job
 ARGV[6]  id         str   job id
 ARGV[7]  token      str   lock token of the claim
 ARGV[8]  delay_ms   int   retry/defer: due after this long (server clock); finish: 0
 ARGV[9]  payload    str   finish: result JSON; retry/defer: defer record JSON
 ARGV[10] run_id     str   run record id to mirror, "" for none
 ARGV[11] run        str   run record JSON, "" for none
-Returns  flat list of codes, one per job: 1 done; -1 lock lost (nothing written for that job)
+ARGV[12] cancelled  str   retry/defer: result JSON to finish with instead while a cancel
+                          request stands for the job; "" to retry/defer regardless; finish:
+                          not read
+Returns  flat list of codes, one per job: 1 done; 2 a retry or defer finished as `cancelled`
+         instead (an operator asked to cancel the job); -1 lock lost (nothing written for it)
 Errors   -4 bad input (a number that is not an integer >= 0, an unknown action, an empty
          field); nothing is written
 A claim ends once: a second ending for the same id in one call gets -1.
-A retry counts an attempt; a defer counts none. A defer record whose reason repeats the previous
-one's gets the previous `since` (or `at`): how long the job has waited for that reason.
+A retry counts an attempt; a defer counts none, nor does one that finished as cancelled.
+A defer record whose reason repeats the previous one's gets the previous `since` (or `at`):
+how long the job has waited for that reason.
 Retention trims at most 200 of each per call.
 ]]
 -- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
@@ -42,17 +47,17 @@ local keep_done, keep_done_ms = count(ARGV[1]), count(ARGV[2])
 local keep_runs, keep_runs_ms = count(ARGV[3]), count(ARGV[4])
 if not keep_done or not keep_done_ms or not keep_runs or not keep_runs_ms then return -4 end
 local n = #ARGV - 4
-if n <= 0 or n % 7 ~= 0 then return -4 end
+if n <= 0 or n % 8 ~= 0 then return -4 end
 local actions = {finish = true, retry = true, defer = true}
 local items, ids = {}, {}
-for i = 5, #ARGV, 7 do
+for i = 5, #ARGV, 8 do
   local delay = count(ARGV[i + 3])
   if not actions[ARGV[i]] or ARGV[i + 1] == '' or ARGV[i + 2] == '' or ARGV[i + 4] == ''
       or not delay then
     return -4
   end
   items[#items + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], delay, ARGV[i + 4], ARGV[i + 5],
-                       ARGV[i + 6]}
+                       ARGV[i + 6], ARGV[i + 7]}
   ids[#ids + 1] = ARGV[i + 1]
 end
 
@@ -71,14 +76,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))
+local requests = redis.call('HMGET', KEYS[11], unpack(ids))
 local out, held, results, done, later, defers, runs, run_idx = {}, {}, {}, {}, {}, {}, {}, {}
 local earliest, ended = false, {}
 for i, it in ipairs(items) do
-  local action, id, token, delay, payload, run_id, run = unpack(it)
+  local action, id, token, delay, payload, run_id, run, cancelled = unpack(it)
   if locks[i] ~= token or ended[id] then
     out[i] = -1
   else
     out[i] = 1
+    -- a job its owner would run again, which an operator asked to cancel, ends here
+    if action ~= 'finish' and cancelled ~= '' and (tonumber(requests[i]) or 0) > now then
+      action, payload, out[i] = 'finish', cancelled, 2
+    end
     ended[id] = true
     held[#held + 1] = id
     if action == 'finish' then

@@ -96,7 +96,12 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
         views = await client.list(args.state, args.limit)
-        print(view.jobs_json(views) if args.json else view.jobs_table(views))
+        if args.json:  # each waiting job says `paused` there; the list keeps its shape
+            print(view.jobs_json(views))
+            return 0
+        for line in view.pause_lines(await client.pause_state()):
+            print(line)
+        print(view.jobs_table(views))
         return 0
 
     return _with_client(go, settings)
@@ -126,7 +131,7 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
         names = await (client.pause() if args.cmd == "pause" else client.resume())
-        print(f"{args.cmd}d: {', '.join(names)}")
+        print(view.pause_line(args.cmd, names))
         return 0
 
     return _with_client(go, settings)

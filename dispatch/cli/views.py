@@ -8,6 +8,7 @@ import msgspec
 
 from dispatch.client import CancelAnswer, JobView
 from dispatch.model import DeferRecord, Result, RunRecord, one_line
+from dispatch.queue.fleet_pause import PauseState
 from dispatch.reasons import lookup
 
 _STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed"]
@@ -30,6 +31,32 @@ def jobs_table(views: Sequence[JobView]) -> str:
         (v.state, v.id, v.queue, v.reason or "-", v.until or "-", v.owner or "-") for v in ordered
     ]
     return _table(rows, ("STATE", "ID", "QUEUE", "REASON", "UNTIL", "HOST"))
+
+
+def pause_lines(state: PauseState) -> list[str]:
+    """What `dispatch jobs` says above its table while anything is paused."""
+    lines = []
+    if state.fleet is not None:
+        f = state.fleet
+        given = "".join((f" at {f.at}" if f.at else "", f" from {f.by}" if f.by else ""))
+        lines.append(
+            f"The fleet is paused (dispatch pause{given}): no job starts until dispatch resume."
+        )
+    elif state.queues:
+        lines.append(
+            f"Paused queues: {', '.join(state.queues)}; no job starts from them until"
+            " dispatch resume."
+        )
+    return lines
+
+
+def pause_line(command: str, queues: Sequence[str]) -> str:
+    if command == "pause":
+        return (
+            f"paused the fleet: no queue starts a job until dispatch resume"
+            f" (queues now: {', '.join(queues)}; a new one pauses as it is first read)"
+        )
+    return f"resumed the fleet: {', '.join(queues)}"
 
 
 def jobs_json(views: Sequence[JobView]) -> str:
@@ -77,16 +104,25 @@ def why_text(v: JobView) -> str:
 
 def _state_sentences(v: JobView) -> list[str]:
     if v.state == "waiting":
-        return [f"It is ready and waits for a host with a free slot (attempt {v.attempt})."]
+        said = [f"It is ready and waits for a host with a free slot (attempt {v.attempt})."]
+        return said + _paused(v)
     if v.state == "active":
         return [f"It is running on {v.owner or 'an unknown host'} (attempt {v.attempt})."]
     if v.state == "delayed":
         if v.defer is None:
-            return [f"It is scheduled to start at {v.until}."]
-        return _waiting(v, v.defer)
+            return [f"It is scheduled to start at {v.until}.", *_paused(v)]
+        return _waiting(v, v.defer) + _paused(v)
     if v.result is None:
         return ["It finished; its result is no longer kept."]
     return _ended(v, v.result)
+
+
+def _paused(v: JobView) -> list[str]:
+    if v.paused == "fleet":
+        return ["The fleet is paused: no job starts until dispatch resume."]
+    if v.paused == "queue":
+        return [f"Its queue {v.queue} is paused: no job starts from it until dispatch resume."]
+    return []
 
 
 def _waiting(v: JobView, d: DeferRecord) -> list[str]:
@@ -131,6 +167,11 @@ def _period(sentence: str) -> str:
 
 def cancel_line(job_id: str, answer: CancelAnswer) -> tuple[str, int]:
     match answer.outcome:
+        case "cancelled" if answer.host:
+            return (
+                f"{job_id}: cancelled by host {answer.host} as its claim ended (operator-cancel)",
+                0,
+            )
         case "cancelled":
             return f"{job_id}: cancelled before it started (operator-cancel)", 0
         case "taken":

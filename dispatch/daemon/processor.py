@@ -4,13 +4,22 @@ claim ends. It sequences; each decision lives in a gate, each run in the runner.
 Every hold a gate takes is given back in reverse order on every exit (defer, refuse, success,
 error, cancellation). A deferral spends no attempt; a refusal is a recorded policy outcome;
 only infrastructure failures retry, with exponential backoff.
+
+An operator's cancel ends the job `cancelled` at whatever point it arrives, and spends nothing
+more. The worker aborts the claim's signal with `operator-cancel` when it sees the request:
+before the run, the processor does not start it; during the run, the runner stops it; and an
+ending that would run the job again (a deferral by the gates, a retry after the run) becomes a
+cancelled finish. A request the worker has not seen yet is honoured by `job_finish.lua`
+itself: every retry or defer carries the result it finishes with instead (`Ending.cancelled`),
+and the script uses it when a cancel request stands at that moment, in the same atomic step.
+A cancel leaves a run record only when a run started.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +65,7 @@ from dispatch.reasons import (
     LEASE_LOST,
     LOCK_LOST,
     NEWER_RELEASE,
+    OPERATOR_CANCEL,
     POLICY,
     RETRY,
     SHUTDOWN,
@@ -98,6 +108,7 @@ class Ending:
     delay_ms: int = 0
     record: RunRecord | None = None
     mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
+    cancelled: bytes = b""  # retry/defer: the result to finish with if a cancel request stands
 
 
 class Processor:
@@ -118,6 +129,14 @@ class Processor:
         self.mirror = mirror
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
+        ending = await self._process(claim, signal)
+        if signal.reason == OPERATOR_CANCEL and ending.action != "finish":
+            event("cancel_honoured", job=claim.id, instead_of=ending.action)
+            cancelled = ending.cancelled
+            return replace(ending, action="finish", payload=cancelled, delay_ms=0, cancelled=b"")
+        return ending
+
+    async def _process(self, claim: Claim, signal: AbortSignal) -> Ending:
         version = peek_version(claim.data)
         if version > JOB_VERSION:
             return self._defer(
@@ -161,6 +180,9 @@ class Processor:
         )
         if signal.reason in HAND_BACK:  # aborted in the gates: nothing ran, nothing spent
             return self._defer(claim, Defer(HAND_BACK[signal.reason], signal.reason), job)
+        if signal.reason == OPERATOR_CANCEL:  # cancelled in the gates: it never starts
+            event("job_cancelled_before_start", job=claim.id)
+            return Ending("finish", self._cancel_result())
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
@@ -294,7 +316,19 @@ class Processor:
             attempt=claim.attempt,
         )
         event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
-        return Ending(action, encoder.encode(rec), d.delay_ms, record)
+        cancelled = self._cancel_result(record.exit_code if record else None)
+        return Ending(action, encoder.encode(rec), d.delay_ms, record, cancelled=cancelled)
+
+    def _cancel_result(self, exit_code: int | None = None) -> bytes:
+        res = Result(
+            state="cancelled",
+            outcome=CANCELLED,
+            reason=OPERATOR_CANCEL,
+            exit_code=exit_code,
+            host=self.s.host,
+            ended_at=iso(self.clock.now_ms()) or "",
+        )
+        return encoder.encode(res)
 
     def _refuse(
         self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = POLICY

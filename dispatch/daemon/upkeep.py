@@ -17,7 +17,7 @@ from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.log import event
 from dispatch.model import Result, encoder, iso
-from dispatch.queue import keys
+from dispatch.queue import fleet_pause, keys
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import INFRA, STALLED
 
@@ -49,3 +49,4 @@ class Upkeep:
         alive = keys.host_alive(self.s.host, self.s.prefix)
         payload = encoder.encode({"host": self.s.host, "running": self.running()})
         await self.redis.set(alive, payload, px=int(period_s * 3000))
+        await fleet_pause.follow(self.redis, self.s.prefix, self.s.queues)

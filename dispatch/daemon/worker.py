@@ -212,6 +212,7 @@ class Worker:
             ending.delay_ms,
             record.run_id if record and fleet_copy else "",
             fleet_copy or b"",
+            ending.cancelled,
         )
         self.lanes[claim.queue].end(finish, run_json)
         self.capacity.give(1)

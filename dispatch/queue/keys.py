@@ -2,7 +2,9 @@
 
 A queue's keys share one hash tag, `{<prefix>:<queue>}`, so each queue script touches a single
 cluster slot. Fleet-wide keys (hosts, the queue and lease registries) live outside any queue's
-slot and are only touched by plain commands, never by a multi-key script.
+slot and are only touched by plain commands, never by a multi-key script. The fleet pause
+(`fleet_paused`) is one of them: each queue's own `paused` key carries a copy of it, which is
+what `job_claim` reads (`fleet_pause.py` keeps the copies in step).
 
 A Lua header names each of its KEYS by a field name of `QueueKeys` or `LeaseKeys` below, in that
 script's own order (`job_enqueue` starts with `data`, `job_claim` with `wait`). The field order
@@ -58,6 +60,11 @@ def queue_keys(queue: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
 def queues_registry(prefix: str = DEFAULT_PREFIX) -> str:
     """SET of queue names ever submitted to, so readers can list the fleet."""
     return f"{prefix}:queues"
+
+
+def fleet_paused(prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING present while the fleet is paused (`dispatch pause`): the truth queues copy."""
+    return f"{prefix}:paused"
 
 
 def hosts_registry(prefix: str = DEFAULT_PREFIX) -> str:

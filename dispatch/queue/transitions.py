@@ -64,7 +64,10 @@ class ClaimBatch:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """One ending of a claim: `finish` (result payload), `retry` or `defer` (defer payload)."""
+    """One ending of a claim: `finish` (result payload), `retry` or `defer` (defer payload).
+
+    `cancelled`, for a retry or defer, is the result it finishes with instead if an operator's
+    cancel request stands for the job when the ending lands (job_finish decides, atomically)."""
 
     action: str
     id: str
@@ -73,6 +76,7 @@ class Finish:
     delay_ms: int = 0
     run_id: str = ""
     run: bytes = b""
+    cancelled: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +175,14 @@ class Queue:
         ]
         args: list[Arg] = [r.keep_done, r.keep_done_ms, r.keep_runs, r.keep_runs_ms]
         for f in items:
-            args += [f.action, f.id, f.token, f.delay_ms, f.payload, f.run_id, f.run]
+            args += [f.action, f.id, f.token, f.delay_ms, f.payload, f.run_id, f.run, f.cancelled]
         return keys, args
 
     async def finish(self, items: Sequence[Finish]) -> list[bool]:
-        """End claims; each answer is False when that claim's lock was lost."""
+        """End claims; each answer is False when that claim's lock was lost (True when a retry
+        or defer finished as cancelled instead: the claim ended all the same)."""
         keys, args = self._finish_call(items)
-        return [
-            int(c) == 1
-            for c in checked(await script("job_finish")(self.redis, keys, args), "finish")
-        ]
+        return _ended(checked(await script("job_finish")(self.redis, keys, args), "finish"))
 
     async def finish_and_claim(
         self, items: Sequence[Finish], count: int, host: str, lock_ms: int
@@ -192,7 +194,7 @@ class Queue:
             script("job_finish").queue(pipe, fkeys, fargs)
             script("job_claim").queue(pipe, ckeys, cargs)
             finished, claimed = await _execute_with_scripts(self.redis, pipe)
-        return [int(c) == 1 for c in checked(finished, "finish")], self._claims(claimed)
+        return _ended(checked(finished, "finish")), self._claims(claimed)
 
     async def extend(
         self, locks: Sequence[tuple[str, str]], lock_ms: int
@@ -238,8 +240,16 @@ class Queue:
         )
         raise_for(int(code), f"cancel {job_id}")
 
-    async def pause(self) -> None:
-        await self.redis.set(self.keys.paused, 1)
+    async def pause(self, mark: str = "1", *, replace: bool = True) -> None:
+        """Claim nothing until resumed; `replace=False` leaves a pause already set as it is."""
+        await self.redis.set(self.keys.paused, mark, nx=not replace)
+
+    async def unpause(self, mark: str) -> bool:
+        """Lift the pause only if it still reads `mark`: a newer pause is left standing."""
+        code = await script("queue_unpause")(
+            self.redis, [self.keys.paused, self.keys.marker], [mark]
+        )
+        return int(checked(code, f"unpause {self.name}")) == 1
 
     async def resume(self) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -269,6 +279,10 @@ class Queue:
     async def wake(self) -> None:
         """Nudge a daemon blocked on this queue's marker."""
         await self.redis.zadd(self.keys.marker, {"w": 0})
+
+
+def _ended(codes: Sequence[Any]) -> list[bool]:
+    return [int(c) > 0 for c in codes]
 
 
 async def _execute_with_scripts(redis: Redis, pipe: Any) -> list[Any]:

@@ -21,7 +21,7 @@ from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
 from dispatch.model import Job, Result, RunRecord, Size
-from dispatch.reasons import DIRTY_TREE
+from dispatch.reasons import CANCELLED, DIRTY_TREE, OPERATOR_CANCEL, SCOPE_FOLDER
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
 from tests.support.pickups import claim_of
@@ -155,6 +155,7 @@ class Stubborn:
         self.gone = asyncio.Event()
 
     async def run(self, ctx: RunContext) -> RunResult:
+        ctx.signal.abort("operator-cancel")  # cancelled once it runs (before, it would not start)
         await self.gone.wait()
         return RunResult(started=True, exit_code=137, started_ms=1, ended_ms=2)
 
@@ -166,7 +167,6 @@ async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_pat
     gates = [ScriptedGate("scope", ledger, 2, "admit")]
     proc = processor(runner, gates, tmp_path, stop_grace_s=0.01, abort_slack_s=0.01)
     signal = AbortSignal()
-    signal.abort("operator-cancel")
     pickup = asyncio.create_task(proc.process(claim_of(Job(id="j4", command=["true"])), signal))
     await asyncio.sleep(0.1)  # ten times the abort wait: it would have given up by now
     assert not pickup.done()
@@ -213,3 +213,100 @@ async def test_a_refusal_keeps_its_sentence_in_the_result_and_the_record(tmp_pat
     )
     assert ending.record is not None
     assert (ending.record.reason, ending.record.sentence) == (DIRTY_TREE, "uncommitted changes")
+
+
+class HeldGate:
+    """Takes a hold, then decides only when the test lets it: a cancel lands in between."""
+
+    name = "held"
+
+    def __init__(self, ledger: Ledger, answer: Decision) -> None:
+        self.ledger = ledger
+        self.answer = answer
+        self.entered = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def check(self, pickup: Pickup) -> Decision:
+        self.ledger.held.append("held")
+        pickup.hold("held", lambda: self.ledger.released.append("held"))
+        self.entered.set()
+        await self.go_on.wait()
+        return self.answer
+
+
+def cancelled_result(ending) -> Result:
+    assert ending.action == "finish"
+    return msgspec.json.decode(ending.payload, type=Result)
+
+
+@pytest.mark.parametrize("answer", [Defer(5_000, SCOPE_FOLDER), ADMIT], ids=["defer", "admit"])
+async def test_a_cancel_while_the_gates_decide_ends_the_job_before_it_runs(
+    tmp_path: Path, answer: Decision
+) -> None:
+    ledger, runner, signal = Ledger(), Runner(), AbortSignal()
+    gate = HeldGate(ledger, answer)
+    proc = processor(runner, [gate], tmp_path)
+    task = asyncio.create_task(proc.process(claim_of(Job(id="j7", command=["true"])), signal))
+    await gate.entered.wait()
+    signal.abort(OPERATOR_CANCEL)  # what the worker does when it takes the request
+    gate.go_on.set()
+    ending = await task
+    result = cancelled_result(ending)
+    assert (result.state, result.outcome, result.reason) == (
+        "cancelled",
+        CANCELLED,
+        OPERATOR_CANCEL,
+    )
+    assert runner.runs == 0 and ending.record is None  # no run, so no run record
+    assert ledger.released == ["held"]
+
+
+class FailingRunner(Runner):
+    async def run(self, ctx: RunContext) -> RunResult:
+        self.runs += 1
+        return RunResult(started=True, exit_code=1, started_ms=1, ended_ms=2)
+
+
+class CancelWhileMirroring(RunMirror):
+    """The cancel request is taken after the run ended, while its record is being stored."""
+
+    signal: AbortSignal
+
+    async def put(self, queue: str, record: RunRecord, now_ms: int) -> None:
+        self.signal.abort(OPERATOR_CANCEL)
+        await super().put(queue, record, now_ms)
+
+
+async def test_a_cancel_taken_as_the_run_ends_in_retry_finishes_it_cancelled(
+    redis, prefix, tmp_path: Path
+) -> None:
+    mirror, signal = CancelWhileMirroring(redis, prefix), AbortSignal()
+    mirror.signal = signal
+    runner = FailingRunner()
+    proc = processor(runner, [], tmp_path, mirror)
+    ending = await proc.process(claim_of(Job(id="j8", command=["false"])), signal)
+    result = cancelled_result(ending)
+    assert (result.state, result.reason, result.exit_code) == ("cancelled", OPERATOR_CANCEL, 1)
+    assert runner.runs == 1 and ending.delay_ms == 0
+    assert ending.record is not None and ending.mirrored  # the run's own record, as it ended
+    assert (ending.record.outcome, ending.record.reason) == ("infra", "exit-1")
+
+
+async def test_every_retry_and_defer_carries_the_result_a_cancel_would_finish_it_with(
+    tmp_path: Path,
+) -> None:
+    retry = await processor(FailingRunner(), [], tmp_path).process(
+        claim_of(Job(id="j9", command=["false"])), AbortSignal()
+    )
+    gates = [ScriptedGate("scope", Ledger(), 0, "defer")]
+    defer = await processor(Runner(), gates, tmp_path).process(
+        claim_of(Job(id="j10", command=["true"])), AbortSignal()
+    )
+    for ending, exit_code in ((retry, 1), (defer, None)):
+        assert ending.action in ("retry", "defer")
+        result = msgspec.json.decode(ending.cancelled, type=Result)
+        assert (result.state, result.reason, result.exit_code) == (
+            "cancelled",
+            OPERATOR_CANCEL,
+            exit_code,
+        )

@@ -98,8 +98,7 @@ def test_a_long_outage_stops_the_run_before_its_lock_lapses_and_spends_nothing(
         eventually_sync(lambda: lines(trace) == ["start"], 20)
         went_silent_ns = time.time_ns()
         with proxy.fault("blackhole"):
-            eventually_sync((tmp_path / "trace.stopped").exists, 10)
-            stopped_ns = int((tmp_path / "trace.stopped").read_text())
+            stopped_ns = int(eventually_sync(lambda: _read(tmp_path / "trace.stopped"), 10))
             time.sleep(4.0)  # the rest of the outage: well past the 3 s lock
         assert wait_state(env, job_id, "completed", "failed", timeout=60) == "completed"
     # Stopped, by the grace's TERM, before the lock (3 s from the last renewal) could lapse.
@@ -133,6 +132,11 @@ def test_a_frozen_daemon_loses_its_job_and_kills_the_stale_run_when_it_wakes(
             frozen.send_signal(signal.SIGCONT)
     records = [r for r in dispatch_json(env_b, "runs") if r["id"] == job_id]
     assert [(r["host"], r["outcome"]) for r in records] == [("hb", "completed")]
+
+
+def _read(path: Path) -> str:
+    """What a job wrote, once it is all there (the shell creates the file, then writes)."""
+    return path.read_text().strip() if path.exists() else ""
 
 
 def _alive(pid: int) -> bool:

@@ -37,6 +37,7 @@ KEYS = {
         "job_sweep": "active lock wait done stalls result marker cancel",
         "job_cancel": "wait delayed active done data lock result runs runs_idx",
         "job_cancel_request": "lock cancel",
+        "queue_unpause": "paused marker",
     }.items()
 }
 
@@ -187,14 +188,14 @@ async def test_duplicate_within_window_returns_first_id_and_writes_nothing(q: Q)
 async def test_duplicate_of_a_finished_job_within_window(q: Q) -> None:
     await q.enqueue("a", dedup="k", window=60_000)
     job_id, token = await q.claim_one()
-    assert await q.finish(["finish", job_id, token, 0, b"{}", "", ""]) == [1]
+    assert await q.finish(["finish", job_id, token, 0, b"{}", "", "", ""]) == [1]
     assert await q.enqueue("b", dedup="k", window=60_000) == [0, b"a"]
 
 
 async def test_dedup_lapses_after_window_once_job_finished(q: Q) -> None:
     await q.enqueue("a", dedup="k", window=50)
     job_id, token = await q.claim_one()
-    assert await q.finish(["finish", job_id, token, 0, b"{}", "", ""]) == [1]
+    assert await q.finish(["finish", job_id, token, 0, b"{}", "", "", ""]) == [1]
     exp = await q.redis.zscore(q.k.dedup_exp, "k")
     await server_passes(q, exp)
     assert await q.enqueue("b", dedup="k", window=50) == [1, b"b"]
@@ -213,7 +214,7 @@ async def test_dedup_lapses_when_job_finishes_after_window(q: Q) -> None:
     await server_passes(q, await q.redis.zscore(q.k.dedup_exp, "k"))
     assert await q.enqueue("b", dedup="k", window=50) == [0, b"a"]  # still live: holds
     job_id, token = await q.claim_one()
-    assert await q.finish(["finish", job_id, token, 0, b"{}", "", ""]) == [1]
+    assert await q.finish(["finish", job_id, token, 0, b"{}", "", "", ""]) == [1]
     # window long gone and the job finished: the header says the key no longer holds
     assert await q.enqueue("c", dedup="k", window=50) == [1, b"c"]
 
@@ -367,7 +368,7 @@ async def test_finish_ends_claim_for_good(q: Q) -> None:
     await q.enqueue("a")
     job_id, token = await q.claim_one()
     await q.redis.hset(q.k.cancel, "a", 1)
-    reply = await q.finish(["finish", job_id, token, 0, b'{"ok":1}', "a#1", b'{"run":1}'])
+    reply = await q.finish(["finish", job_id, token, 0, b'{"ok":1}', "a#1", b'{"run":1}', ""])
     assert reply == [1]
     assert await q.state("a") == ["done"]
     assert await q.redis.hget(q.k.result, "a") == b'{"ok":1}'
@@ -384,8 +385,8 @@ async def test_retry_counts_an_attempt_and_defer_does_not(q: Q) -> None:
     (r_id, r_tok), (d_id, d_tok) = [(reply[i], reply[i + 1]) for i in (2, 8)]
     now = await q.now_ms()
     reply = await q.finish(
-        ["retry", r_id, r_tok, 60_000, b'{"why":"retry"}', "", ""],
-        ["defer", d_id, d_tok, 90_000, b'{"why":"defer"}', "d#1", b"{}"],
+        ["retry", r_id, r_tok, 60_000, b'{"why":"retry"}', "", "", ""],
+        ["defer", d_id, d_tok, 90_000, b'{"why":"defer"}', "d#1", b"{}", ""],
     )
     assert reply == [1, 1]
     assert await q.state("r") == ["delayed"] and await q.state("d") == ["delayed"]
@@ -401,15 +402,54 @@ async def test_retry_counts_an_attempt_and_defer_does_not(q: Q) -> None:
     assert (await q.claim(1))[2:5] == [b"r", b"h:3", 2]
 
 
+async def test_a_retry_or_defer_of_a_job_asked_to_cancel_finishes_cancelled(q: Q) -> None:
+    for job_id in ("r", "d", "x"):
+        await q.enqueue(job_id)
+    reply = await q.claim(3)
+    tok = {i.decode(): t for i, t in zip(reply[2::6], reply[3::6], strict=True)}
+    now = await q.now_ms()
+    await q.redis.hset(q.k.cancel, mapping={"r": now + 60_000, "d": now + 60_000, "x": now - 1})
+    reply = await q.finish(
+        ["retry", "r", tok["r"], 60_000, b'{"why":"retry"}', "r#1", b'{"run":1}', b'{"c":"r"}'],
+        ["defer", "d", tok["d"], 60_000, b'{"why":"defer"}', "", "", b'{"c":"d"}'],
+        ["retry", "x", tok["x"], 60_000, b'{"why":"retry"}', "", "", b'{"c":"x"}'],  # lapsed
+    )
+    assert reply == [2, 2, 1]
+    for job_id in ("r", "d"):
+        assert await q.state(job_id) == ["done"]
+        assert await q.redis.hget(q.k.result, job_id) == f'{{"c":"{job_id}"}}'.encode()
+        assert not await q.redis.hexists(q.k.defer, job_id)
+    assert not await q.redis.hexists(q.k.attempts, "r")  # nothing spent
+    assert await q.redis.hget(q.k.runs, "r#1") == b'{"run":1}'  # the run's record as given
+    assert await q.state("x") == ["delayed"] and await q.redis.hget(q.k.attempts, "x") == b"1"
+    assert await q.redis.hkeys(q.k.lock) == [] and await q.redis.hkeys(q.k.cancel) == []
+
+
+async def test_a_standing_cancel_request_changes_no_other_ending(q: Q) -> None:
+    for job_id in ("f", "r"):
+        await q.enqueue(job_id)
+    reply = await q.claim(2)
+    tok = {i.decode(): t for i, t in zip(reply[2::6], reply[3::6], strict=True)}
+    now = await q.now_ms()
+    await q.redis.hset(q.k.cancel, mapping={"f": now + 60_000, "r": now + 60_000})
+    reply = await q.finish(
+        ["finish", "f", tok["f"], 0, b'{"ok":1}', "", "", b'{"c":"f"}'],  # its own result stands
+        ["retry", "r", tok["r"], 60_000, b"{}", "", "", ""],  # no result given: a plain retry
+    )
+    assert reply == [1, 1]
+    assert await q.redis.hget(q.k.result, "f") == b'{"ok":1}'
+    assert await q.state("r") == ["delayed"]
+
+
 async def test_finish_with_wrong_token_is_lock_lost_and_writes_nothing(q: Q) -> None:
     await q.enqueue("a")
     job_id, token = await q.claim_one()
     before = await q.snapshot()
     for action in ("finish", "retry", "defer"):
-        reply = await q.finish([action, job_id, token + "0", 0, b"{}", "a#1", b"{}"])
+        reply = await q.finish([action, job_id, token + "0", 0, b"{}", "a#1", b"{}", ""])
         assert reply == [LOST]
         assert await q.snapshot() == before
-    assert await q.finish(["finish", "nobody", "h:9", 0, b"{}", "", ""]) == [LOST]
+    assert await q.finish(["finish", "nobody", "h:9", 0, b"{}", "", "", ""]) == [LOST]
     assert await q.snapshot() == before
 
 
@@ -419,8 +459,8 @@ async def test_finish_batch_applies_only_the_held_claims(q: Q) -> None:
     reply = await q.claim(2)
     a_tok, b_tok = reply[3].decode(), reply[9].decode()
     reply = await q.finish(
-        ["finish", "a", b_tok, 0, b"{}", "", ""],  # b's token on a
-        ["finish", "b", b_tok, 0, b"{}", "", ""],
+        ["finish", "a", b_tok, 0, b"{}", "", "", ""],  # b's token on a
+        ["finish", "b", b_tok, 0, b"{}", "", "", ""],
     )
     assert reply == [LOST, 1]
     assert await q.state("a") == ["active"] and await q.redis.hget(q.k.lock, "a") == a_tok.encode()
@@ -431,8 +471,8 @@ async def test_finish_same_claim_twice_in_one_call_applies_once(q: Q) -> None:
     await q.enqueue("a")
     job_id, token = await q.claim_one()
     reply = await q.finish(
-        ["finish", job_id, token, 0, b"{}", "", ""],
-        ["retry", job_id, token, 60_000, b"{}", "", ""],
+        ["finish", job_id, token, 0, b"{}", "", "", ""],
+        ["retry", job_id, token, 60_000, b"{}", "", "", ""],
     )
     assert reply == [1, LOST]
     assert await q.state("a") == ["done"]
@@ -443,7 +483,9 @@ async def finish_in_turn(q: Q, ids, keep) -> None:
         await q.enqueue(job_id)
         claimed, token = await q.claim_one()
         assert claimed == job_id
-        reply = await q.finish(["finish", job_id, token, 0, b"{}", f"{job_id}#1", b"{}"], keep=keep)
+        reply = await q.finish(
+            ["finish", job_id, token, 0, b"{}", f"{job_id}#1", b"{}", ""], keep=keep
+        )
         assert reply == [1]
 
 
@@ -470,8 +512,10 @@ async def test_retention_of_run_mirrors_and_by_age(q: Q) -> None:
     assert await q.redis.hlen(q.k.data) == 0 and await q.redis.hlen(q.k.result) == 0
 
 
-def finish_args(action="finish", job_id="a", token="h:1", delay=0, payload=b"{}") -> list:
-    return [*KEEP, action, job_id, token, delay, payload, "", ""]
+def finish_args(
+    action="finish", job_id="a", token="h:1", delay=0, payload=b"{}", cancelled=b""
+) -> list:
+    return [*KEEP, action, job_id, token, delay, payload, "", "", cancelled]
 
 
 BAD_FINISH = {
@@ -660,7 +704,7 @@ async def test_cancel_running_job_names_the_claim_and_writes_nothing(q: Q) -> No
 async def test_cancel_finished_job_writes_nothing(q: Q) -> None:
     await q.enqueue("a")
     job_id, token = await q.claim_one()
-    await q.finish(["finish", job_id, token, 0, b"{}", "", ""])
+    await q.finish(["finish", job_id, token, 0, b"{}", "", "", ""])
     before = await q.snapshot()
     assert await q.cancel("a") == [3]
     assert await q.cancel("a") == [3]
@@ -725,7 +769,7 @@ async def test_cancel_request_for_a_stale_claim_is_lock_lost(q: Q) -> None:
     assert await q.call("job_cancel_request", job_id, "h:99", 5_000) == LOST
     assert await q.call("job_cancel_request", "other", token, 5_000) == LOST
     assert await q.snapshot() == before
-    await q.finish(["finish", job_id, token, 0, b"{}", "", ""])
+    await q.finish(["finish", job_id, token, 0, b"{}", "", "", ""])
     before = await q.snapshot()
     assert await q.call("job_cancel_request", job_id, token, 5_000) == LOST
     assert await q.snapshot() == before
@@ -746,6 +790,35 @@ async def test_cancel_request_bad_input_writes_nothing(q: Q, args) -> None:
     await assert_bad_input_writes_nothing(q, "job_cancel_request", args)
 
 
+# -- queue_unpause ------------------------------------------------------------------------
+
+
+async def test_unpause_lifts_the_pause_it_names_and_wakes_the_daemons(q: Q) -> None:
+    await q.redis.set(q.k.paused, "fleet:a1")
+    assert await q.call("queue_unpause", "fleet:a1") == 1
+    assert not await q.redis.exists(q.k.paused)
+    assert await q.redis.zscore(q.k.marker, "w") == 0
+
+
+@pytest.mark.parametrize("standing", ["fleet:b2", "1", None], ids=["newer", "by hand", "none"])
+async def test_unpause_leaves_any_other_pause_and_writes_nothing(q: Q, standing) -> None:
+    await q.enqueue("a")
+    if standing is not None:
+        await q.redis.set(q.k.paused, standing)
+    before = await q.snapshot()
+    assert await q.call("queue_unpause", "fleet:a1") == 0
+    assert await q.snapshot() == before
+
+
+BAD_UNPAUSE = {"empty mark": [""], "no mark": [], "two marks": ["fleet:a1", "fleet:b2"]}
+
+
+@pytest.mark.parametrize("args", BAD_UNPAUSE.values(), ids=BAD_UNPAUSE.keys())
+async def test_unpause_bad_input_writes_nothing(q: Q, args) -> None:
+    await q.redis.set(q.k.paused, "fleet:a1")
+    await assert_bad_input_writes_nothing(q, "queue_unpause", args)
+
+
 # -- NaN slips past the numeric checks (Redis' Lua tonumber("nan") is a number) --------------
 
 NAN_CASES = {
@@ -754,7 +827,7 @@ NAN_CASES = {
     "cancel_request ttl": ("job_cancel_request", ["a", "h:1", "nan"]),
     "finish keep_done_ms": (
         "job_finish",
-        [5, "nan", 5, DAY_MS, "finish", "a", "h:1", 0, "{}", "", ""],
+        [5, "nan", 5, DAY_MS, "finish", "a", "h:1", 0, "{}", "", "", ""],
     ),
     "sweep max_stalls": ("job_sweep", ["nan", 10, b"{}"]),
 }
