@@ -57,6 +57,7 @@ SCOPE_PROJECT: Final = "scope-project"
 ENDPOINT: Final = "endpoint"
 HOST_BUDGET: Final = "host-budget"
 RETRY: Final = "retry"
+ENGINE_UNAVAILABLE: Final = "engine-unavailable"
 
 # -- refusals -------------------------------------------------------------------------------
 INVALID_JOB: Final = "invalid-job"
@@ -163,6 +164,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the running jobs leave too little memory or CPU of this host's job budget",
     ),
     _defer(RETRY, "processor", "an infrastructure failure ended the last attempt; it runs again"),
+    _defer(
+        ENGINE_UNAVAILABLE,
+        "processor",
+        "the Docker engine could not be reached, so the job never started; it waits, spending "
+        "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
+    ),
     _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
     _refusal(
         PROJECT_SIZE_INVALID, "size", "the memory or cpus of the job's project row is not valid"
