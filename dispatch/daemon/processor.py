@@ -291,6 +291,7 @@ class Processor:
             slot_ms=max(ended - result.started_ms, 0) if result.started_ms else 0,
             container=result.container,
             output=result.output,
+            output_lost=result.output_lost,
             kill=result.kill,
         )
 
