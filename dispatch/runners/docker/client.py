@@ -145,6 +145,8 @@ class ExitWait:
         error = (data.get("Error") or {}).get("Message")
         if error:
             raise DockerApiError(500, f"wait {self._container}: {error}")
+        if "StatusCode" not in data:  # the stream ended with no answer: the engine went away
+            raise DockerUnavailable(f"wait {self._container}: ended without an exit code")
         return int(data["StatusCode"])
 
     async def aclose(self) -> None:
