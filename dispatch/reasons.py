@@ -91,6 +91,7 @@ DOCKER_UNAVAILABLE: Final = "docker-unavailable"
 DOCKER_ERROR: Final = "docker-error"
 CREATE_FAILED: Final = "create-failed"
 START_FAILED: Final = "start-failed"
+ENGINE_RESTARTED: Final = "engine-restarted"
 STALLED: Final = "stalled"
 INTERNAL_ERROR: Final = "internal-error"
 
@@ -244,6 +245,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     _infra(DOCKER_ERROR, "docker runner", "the Docker engine failed while the job ran"),
     _infra(CREATE_FAILED, "docker runner", "the Docker engine could not create the container"),
     _infra(START_FAILED, "docker runner", "the Docker engine could not start the container"),
+    _infra(
+        ENGINE_RESTARTED,
+        "docker runner",
+        "the Docker engine went away while the job ran and its container did not outlive it "
+        "(no live-restore), or its exit could not be told from the engine's shutdown",
+    ),
     _infra(
         STALLED,
         "worker",
