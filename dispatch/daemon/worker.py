@@ -307,7 +307,10 @@ class Worker:
 
     async def _flush(self, lane: Lane) -> None:
         batch, lane.pending = lane.pending, []
-        self.records.append(run for _, run in batch if run)
+        try:  # the local copy must never keep a claim from ending: Redis has every record
+            self.records.append(run for _, run in batch if run)
+        except Exception as exc:  # RecordLog logs its own disk faults; this is anything else
+            event("run_log_failed", error=f"{type(exc).__name__}: {exc}")
         items = [finish for finish, _ in batch]
         want = self._take_room()
         try:
