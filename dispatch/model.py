@@ -246,6 +246,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     image: str | None = None
     container: str | None = None
     output: str | None = None
+    output_lost: bool = False  # the output stops short: the disk failed while it was written
     kill: str | None = None
 
     @property

@@ -57,6 +57,7 @@ SCOPE_PROJECT: Final = "scope-project"
 ENDPOINT: Final = "endpoint"
 HOST_BUDGET: Final = "host-budget"
 RETRY: Final = "retry"
+ENGINE_UNAVAILABLE: Final = "engine-unavailable"
 
 # -- refusals -------------------------------------------------------------------------------
 INVALID_JOB: Final = "invalid-job"
@@ -90,6 +91,7 @@ DOCKER_UNAVAILABLE: Final = "docker-unavailable"
 DOCKER_ERROR: Final = "docker-error"
 CREATE_FAILED: Final = "create-failed"
 START_FAILED: Final = "start-failed"
+ENGINE_RESTARTED: Final = "engine-restarted"
 STALLED: Final = "stalled"
 INTERNAL_ERROR: Final = "internal-error"
 
@@ -163,6 +165,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the running jobs leave too little memory or CPU of this host's job budget",
     ),
     _defer(RETRY, "processor", "an infrastructure failure ended the last attempt; it runs again"),
+    _defer(
+        ENGINE_UNAVAILABLE,
+        "processor",
+        "the Docker engine could not be reached, so the job never started; it waits, spending "
+        "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
+    ),
     _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
     _refusal(
         PROJECT_SIZE_INVALID, "size", "the memory or cpus of the job's project row is not valid"
@@ -242,6 +250,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     _infra(DOCKER_ERROR, "docker runner", "the Docker engine failed while the job ran"),
     _infra(CREATE_FAILED, "docker runner", "the Docker engine could not create the container"),
     _infra(START_FAILED, "docker runner", "the Docker engine could not start the container"),
+    _infra(
+        ENGINE_RESTARTED,
+        "docker runner",
+        "the Docker engine went away while the job ran and its container did not outlive it "
+        "(no live-restore), or its exit could not be told from the engine's shutdown",
+    ),
     _infra(
         STALLED,
         "worker",

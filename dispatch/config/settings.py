@@ -63,6 +63,7 @@ class Settings:
     max_stalls: int = 1
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
+    engine_wait_ms: int = 10 * 60_000  # how long a job waits for an unreachable Docker engine
     image: str = "dispatch-test:latest"
     job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
     job_cpus: float = 2.0
@@ -152,6 +153,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("max_stalls", "DISPATCH_MAX_STALLS", int),
     ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
+    ("engine_wait_ms", "DISPATCH_ENGINE_WAIT_MAX", parse_duration_ms),
     ("image", "DISPATCH_IMAGE", str),
     ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
     ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),

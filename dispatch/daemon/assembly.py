@@ -16,6 +16,7 @@ from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
 from dispatch.daemon.boot import boot
+from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
 from dispatch.fleet.hosts import LiveHosts
@@ -93,6 +94,7 @@ async def gated_processor(
             clock,
             config.current,
             deps.mirror,
+            EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
         )
 
 

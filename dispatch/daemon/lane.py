@@ -184,10 +184,11 @@ class Lane:
         self._settle(items, oks, claimed, want)
 
     def _write_local(self, runs: Iterable[bytes]) -> None:
+        """The local copy never keeps a claim from ending: the finish carries every record."""
         try:
             self.records.append(runs)
-        except OSError as exc:
-            event("record_write_failed", queue=self.name, error=str(exc))
+        except Exception as exc:  # RecordLog logs its own disk faults; this is anything else
+            event("run_log_failed", queue=self.name, error=f"{type(exc).__name__}: {exc}")
 
     def _settle(
         self, items: list[Finish], oks: list[bool], claimed: ClaimBatch | None, want: int

@@ -3,7 +3,9 @@ claim ends. It sequences; each decision lives in a gate, each run in the runner.
 
 Every hold a gate takes is given back in reverse order on every exit (defer, refuse, success,
 error, cancellation). A deferral spends no attempt; a refusal is a recorded policy outcome;
-only infrastructure failures retry, with exponential backoff.
+only infrastructure failures retry, with exponential backoff. One infrastructure failure is
+not the job's and is deferred instead: a run that never started because the engine could not
+be reached waits `engine-unavailable`, for a bounded time (`EngineWait`, engine_wait.py).
 
 An operator's cancel ends the job `cancelled` at whatever point it arrives, and spends nothing
 more. The worker aborts the claim's signal with `operator-cancel` when it sees the request:
@@ -27,6 +29,7 @@ import msgspec
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
+from dispatch.daemon.engine_wait import EngineWait
 from dispatch.errors import InvalidJob
 from dispatch.gates.base import (
     ADMIT,
@@ -57,6 +60,7 @@ from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
     CANCELLED,
     COMPLETED,
+    DOCKER_UNAVAILABLE,
     FAILED,
     INFRA,
     INTERNAL_ERROR,
@@ -120,13 +124,16 @@ class Processor:
         clock: Clock | None = None,
         config: Callable[[], ConfigSnapshot] | None = None,
         mirror: RunMirror | None = None,
+        engine_wait: EngineWait | None = None,
     ) -> None:
+        """Without `engine_wait`, a run the engine never answered is retried as infra."""
         self.s = settings
         self.runner = runner
         self.gates = list(gates)
         self.clock = clock or SystemClock()
         self.config = config or ConfigSnapshot
         self.mirror = mirror
+        self.engine_wait = engine_wait
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         ending = await self._process(claim, signal)
@@ -190,10 +197,23 @@ class Processor:
             result = await self._watch(ctx)
         finally:
             timer.cancel()
+        held = await self._engine_hold(claim, result, signal.reason)
+        if held is not None:
+            return self._defer(claim, held, job)  # no record: nothing ran
         ending = self._ending(claim, job, result, signal.reason)
         if ending.action != "defer" and ending.record is not None and result.started:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
+
+    async def _engine_hold(
+        self, claim: Claim, result: RunResult, abort_reason: str
+    ) -> Defer | None:
+        """A deferral when the run never started only because the engine was unreachable."""
+        if self.engine_wait is None or abort_reason or result.started:
+            return None
+        if result.error != DOCKER_UNAVAILABLE:
+            return None
+        return await self.engine_wait.hold(claim)
 
     async def _mirror(self, claim: Claim, record: RunRecord) -> bool:
         """Record the outcome fleet-wide before the claim ends (see the settled gate)."""
@@ -293,6 +313,7 @@ class Processor:
             slot_ms=max(ended - result.started_ms, 0) if result.started_ms else 0,
             container=result.container,
             output=result.output,
+            output_lost=result.output_lost,
             kill=result.kill,
         )
 

@@ -28,6 +28,7 @@ HOST_SLOT_DELAY_MS = 3_000
 HOST_BUDGET_DELAY_MS = 30_000
 NEVER_FITS_DELAY_MS = 60_000
 NEWER_RELEASE_DELAY_MS = 10 * 60_000
+ENGINE_DELAY_MS = 2_000  # the first re-check of a job held engine-unavailable (it backs off)
 
 
 class Admit(msgspec.Struct, frozen=True, tag="admit"):

@@ -128,6 +128,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     container: str | None = None
     output: str | None = None
     truncated: bool = False
+    output_lost: bool = False  # the output file could not be written to the end (disk fault)
 
 
 # (job id, fence) -> whether a live claim owns that run

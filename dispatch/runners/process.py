@@ -2,7 +2,8 @@
 
 For development and for hosts without Docker. The child gets its own process group, so an
 abort (`ctx.signal`: TERM, then KILL after `ctx.grace_s`) stops everything it started, and a
-parent-death signal, so it dies with the daemon. The result says how the child ended (its exit
+parent-death signal, so it dies with the daemon. Its output goes to an `OutputFile`: a disk that
+fails stops the copy, never the run. The result says how the child ended (its exit
 code, or the signal that killed it); the processor decides what that means
 (`dispatch.runners.base.classify`).
 """
@@ -14,18 +15,11 @@ import contextlib
 import ctypes
 import os
 import signal
-from typing import IO
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.reasons import COMMAND_NOT_FOUND, NO_COMMAND, SIGKILLED, STOP_TIMEOUT, killed_by
-from dispatch.runners.base import (
-    TRUNCATION_MARK,
-    IsLive,
-    RunContext,
-    Runner,
-    RunResult,
-    within_grace,
-)
+from dispatch.runners.base import IsLive, RunContext, Runner, RunResult, within_grace
+from dispatch.runners.output import OutputFile
 
 _PR_SET_PDEATHSIG = 1
 
@@ -46,7 +40,6 @@ class ProcessRunner(Runner):
         job = ctx.job
         if not job.command:
             return RunResult(started=False, refusal=NO_COMMAND)
-        ctx.output_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *job.command,
@@ -61,10 +54,13 @@ class ProcessRunner(Runner):
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)
         started = self.clock.now_ms()
-        with open(ctx.output_path, "wb") as out:  # noqa: ASYNC230 (local appends, never blocks long)
-            copier = asyncio.create_task(_copy(proc, out, ctx.output_cap))
+        out = OutputFile(ctx.output_path, ctx.output_cap, job.id)
+        try:
+            copier = asyncio.create_task(_copy(proc, out))
             kill = await _wait_or_abort(proc, ctx)
-            truncated = await copier
+            await copier
+        finally:
+            out.close()
         return RunResult(
             started=True,
             exit_code=proc.returncode,
@@ -72,7 +68,8 @@ class ProcessRunner(Runner):
             started_ms=started,
             ended_ms=self.clock.now_ms(),
             output=str(ctx.output_path),
-            truncated=truncated,
+            truncated=out.truncated,
+            output_lost=out.lost,
         )
 
     async def reap(self, host: str, is_live: IsLive) -> bool:
@@ -111,15 +108,9 @@ def _signal_name(returncode: int | None) -> str | None:
     return SIGKILLED if -returncode == signal.SIGKILL else killed_by(-returncode)
 
 
-async def _copy(proc: asyncio.subprocess.Process, out: IO[bytes], cap: int) -> bool:
-    """Copy output up to the cap, then keep draining so the child never blocks on a full pipe."""
+async def _copy(proc: asyncio.subprocess.Process, out: OutputFile) -> None:
+    """Copy output while the file takes it, and keep draining after (cap reached, disk failed)
+    so the child never blocks on a full pipe."""
     assert proc.stdout is not None
-    written, truncated = 0, False
     while chunk := await proc.stdout.read(65536):
-        keep = chunk[: max(cap - written, 0)]
-        out.write(keep)
-        written += len(keep)
-        if len(keep) < len(chunk) and not truncated:
-            truncated = True
-            out.write(TRUNCATION_MARK)
-    return truncated
+        out.write(chunk)

@@ -145,6 +145,8 @@ class ExitWait:
         error = (data.get("Error") or {}).get("Message")
         if error:
             raise DockerApiError(500, f"wait {self._container}: {error}")
+        if "StatusCode" not in data:  # the stream ended with no answer: the engine went away
+            raise DockerUnavailable(f"wait {self._container}: ended without an exit code")
         return int(data["StatusCode"])
 
     async def aclose(self) -> None:
@@ -162,6 +164,7 @@ class DockerClient:
         """`transport` replaces the one built from `host` (tests pass `httpx.MockTransport`)."""
         self.host = resolve_host(host)
         self.timeout_s = timeout_s
+        self._given = transport is not None
         self._http = httpx.AsyncClient(
             transport=transport or _transport(self.host),
             base_url=_base_url(self.host),
@@ -203,16 +206,29 @@ class DockerClient:
         timeout_s: float | None = None,
         missing: type[DockerError] = ContainerNotFound,
         versioned: bool = True,
+        fresh: bool = False,
     ) -> httpx.Response:
         url = await self._path(path) if versioned else path
+        http = self._one_off() if fresh else self._http
         try:
-            resp = await self._http.request(
+            resp = await http.request(
                 method, url, params=params, json=body, timeout=timeout_s or self.timeout_s
             )
         except httpx.HTTPError as exc:
             raise _translate(exc, f"{method} {path}") from exc
+        finally:
+            if http is not self._http:
+                await http.aclose()
         _check(resp, missing)
         return resp
+
+    def _one_off(self) -> httpx.AsyncClient:
+        """A client with a connection of its own (a given transport has no pool to avoid)."""
+        if self._given:
+            return self._http
+        return httpx.AsyncClient(
+            transport=_transport(self.host), base_url=_base_url(self.host), timeout=self.timeout_s
+        )
 
     async def _open(
         self, method: str, path: str, params: Mapping[str, str | int]
@@ -259,8 +275,12 @@ class DockerClient:
         resp = await self._open("POST", f"/containers/{container}/wait", {"condition": condition})
         return ExitWait(resp, container)
 
-    async def inspect(self, container: str) -> Json:
-        info: Json = _json(await self._call("GET", f"/containers/{container}/json"))
+    async def inspect(self, container: str, *, fresh: bool = False) -> Json:
+        """`fresh`: over a new connection, so that only an engine still taking connections
+        answers. A dockerd shutting down stops taking them before it stops its containers,
+        while the connections it already has go on being served."""
+        resp = await self._call("GET", f"/containers/{container}/json", fresh=fresh)
+        info: Json = _json(resp)
         return info
 
     async def logs(self, container: str, *, follow: bool = True) -> AsyncGenerator[bytes, None]:

@@ -10,8 +10,15 @@ Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id
                 `docker-unavailable`
     wait        `condition=next-exit` registered BEFORE start, so a fast exit cannot be missed
     start       then the output streams to `ctx.output_path`, capped, with a truncation mark
+                (`dispatch.runners.output`: a disk that fails stops the output, not the run)
     exit        the exit code from the wait, or on `ctx.aborted`: stop (SIGTERM, then SIGKILL
-                after `ctx.grace_s`)
+                after `ctx.grace_s`); then an inspect, which also proves the engine stayed up
+                through the exit
+    engine gone the wait, the stop or that inspect finds no engine (dockerd restarting): the
+                run is re-adopted once the engine answers (`attach.py`: inspect, a new wait
+                `condition=not-running`, the logs followed again) for at most
+                `engine_wait_s`; a container that did not outlive the restart ends the run
+                `engine-restarted` (infra: retried, never recorded completed)
     kill        a SIGKILL (137) is `oom` when State.OOMKilled says so or, because that flag is
                 unreliable on cgroup v2, when the engine logged an `oom` event for the container
                 (the engine derives it from the cgroup's memory events); else `stop-timeout` when
@@ -41,11 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import parse_memory
@@ -56,6 +61,7 @@ from dispatch.reasons import (
     CREATE_FAILED,
     DOCKER_ERROR,
     DOCKER_UNAVAILABLE,
+    ENGINE_RESTARTED,
     FOLDER_NOT_ALLOWED,
     IMAGE_MISSING,
     OOM,
@@ -64,7 +70,8 @@ from dispatch.reasons import (
     STOP_TIMEOUT,
     with_error,
 )
-from dispatch.runners.base import TRUNCATION_MARK, IsLive, RunContext, Runner, RunResult
+from dispatch.runners.base import IsLive, RunContext, Runner, RunResult
+from dispatch.runners.docker.attach import Attachment, RunLost
 from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
     ContainerConflict,
@@ -82,6 +89,7 @@ from dispatch.runners.docker.labels import (
     NAME_PREFIX,
 )
 from dispatch.runners.docker.reaper import reap
+from dispatch.runners.output import OutputFile
 
 SIGKILL_EXIT = 128 + 9
 _OOM_EVENT = "oom"  # not a reason: what the engine calls the event
@@ -100,6 +108,7 @@ class DockerSettings:
     pids_limit: int = 512
     workspace: str = "/work"  # where a local job's folder is mounted
     output_drain_s: float = 5.0  # how long the output may trail the exit
+    engine_wait_s: float = 600.0  # how long a run waits for an engine gone mid-run to answer
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> DockerSettings:
@@ -191,31 +200,6 @@ def container_config(ctx: RunContext, image: str, binds: list[str], s: DockerSet
     return config
 
 
-class _CappedFile:
-    """The output file, written synchronously: small appends to a local file, not worth a thread."""
-
-    def __init__(self, path: Path, cap: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: BinaryIO = path.open("wb")
-        self._left = cap
-        self.truncated = False
-
-    def write(self, data: bytes) -> bool:
-        """Append; False once the cap is reached (the mark is then written and nothing more)."""
-        if len(data) <= self._left:
-            self._file.write(data)
-            self._left -= len(data)
-            return True
-        self._file.write(data[: self._left])
-        self._file.write(TRUNCATION_MARK)
-        self._left = 0
-        self.truncated = True
-        return False
-
-    def close(self) -> None:
-        self._file.close()
-
-
 @dataclass(frozen=True)
 class _Exit:
     code: int
@@ -223,6 +207,7 @@ class _Exit:
     started_ms: int
     ended_ms: int
     truncated: bool
+    state: dict[str, Any]  # the container's State, inspected after the exit
 
 
 class DockerRunner(Runner):
@@ -312,19 +297,18 @@ class DockerRunner(Runner):
             waiter = await self.client.wait(cid, "next-exit")
         except DockerError as exc:
             return _never_started(ctx, name, exc)
+        attached = Attachment(self.client, cid, waiter)
         try:
             try:
                 await self.client.start(cid)
             except DockerError as exc:
                 return _never_started(ctx, name, exc)
-            done = await self._follow(ctx, cid, waiter)
+            done = await self._follow(ctx, attached)
             kill = await self._kill_reason(cid, done)
-        except DockerError as exc:
-            event("container_lost", job=ctx.job.id, container=name, error=str(exc))
-            error = DOCKER_UNAVAILABLE if isinstance(exc, DockerUnavailable) else DOCKER_ERROR
-            return RunResult(started=True, error=error, container=name, output=str(ctx.output_path))
+        except (RunLost, DockerError) as exc:
+            return _lost(ctx, name, exc, attached.output_lost)
         finally:
-            await waiter.aclose()
+            await attached.aclose()
         event("container_exited", job=ctx.job.id, container=name, exit_code=done.code, kill=kill)
         return RunResult(
             started=True,
@@ -335,25 +319,38 @@ class DockerRunner(Runner):
             container=name,
             output=str(ctx.output_path),
             truncated=done.truncated,
+            output_lost=attached.output_lost,
         )
 
-    async def _follow(self, ctx: RunContext, cid: str, waiter: ExitWait) -> _Exit:
+    async def _follow(self, ctx: RunContext, attached: Attachment) -> _Exit:
         """From start to exit: capture output, and stop the container if the run is aborted."""
         started_ms = self.clock.now_ms()
         name = container_name(ctx.job.id)
         event("container_started", job=ctx.job.id, attempt=ctx.attempt, container=name)
-        capture = asyncio.ensure_future(self._capture(cid, ctx))
-        # Retrieve the capture's outcome even when nobody awaits it (the run failed first).
-        capture.add_done_callback(lambda t: t.cancelled() or t.exception())
+        out = OutputFile(ctx.output_path, ctx.output_cap, ctx.job.id)
+        attached.capture(out)
         try:
-            code, stopped = await self._await_exit(ctx, cid, waiter)
+            code, stopped, state = await self._await_exit(ctx, attached)
             ended_ms = self.clock.now_ms()
-            truncated = await self._drained(capture, ctx)
+            await self._drained(attached, ctx)
         finally:
-            capture.cancel()
-        return _Exit(code, stopped, started_ms, ended_ms, truncated)
+            out.close()
+        return _Exit(code, stopped, started_ms, ended_ms, out.truncated, state)
 
-    async def _await_exit(self, ctx: RunContext, cid: str, waiter: ExitWait) -> tuple[int, bool]:
+    async def _await_exit(
+        self, ctx: RunContext, attached: Attachment
+    ) -> tuple[int, bool, dict[str, Any]]:
+        """The exit code, whether our stop caused it, and the State; through engine restarts."""
+        while True:
+            try:
+                code, stopped = await self._exit_or_stop(ctx, attached.cid, attached.waiter)
+                return code, stopped, await self._state(attached.cid)
+            except DockerUnavailable as exc:
+                event("engine_lost_run", job=ctx.job.id, error=str(exc))
+                await attached.readopt(self.settings.engine_wait_s, self.clock)
+                event("container_readopted", job=ctx.job.id, container=container_name(ctx.job.id))
+
+    async def _exit_or_stop(self, ctx: RunContext, cid: str, waiter: ExitWait) -> tuple[int, bool]:
         exited = asyncio.ensure_future(waiter.result())
         aborted = asyncio.ensure_future(ctx.aborted.wait())
         try:
@@ -366,6 +363,16 @@ class DockerRunner(Runner):
         finally:
             aborted.cancel()
             exited.cancel()
+
+    async def _state(self, cid: str) -> dict[str, Any]:
+        """The State after an exit, asked on a new connection: an engine shutting down (and
+        stopping its containers as it goes) does not answer it, so that exit is not believed.
+        A container someone removed meanwhile has no State to give."""
+        try:
+            state: dict[str, Any] = (await self.client.inspect(cid, fresh=True)).get("State", {})
+        except ContainerNotFound:
+            return {}
+        return state
 
     async def _stop(self, cid: str, ctx: RunContext) -> None:
         """The engine's stop (TERM, KILL after the grace); a kill at once if the abort turns
@@ -389,29 +396,17 @@ class DockerRunner(Runner):
         except DockerTimeout:
             await self.client.kill(cid)  # the engine's own stop hung: kill outright
 
-    async def _capture(self, cid: str, ctx: RunContext) -> bool:
-        out = _CappedFile(ctx.output_path, ctx.output_cap)
+    async def _drained(self, attached: Attachment, ctx: RunContext) -> None:
+        """Let the output catch up with the exit, for at most `output_drain_s`."""
         try:
-            async with aclosing(self.client.logs(cid, follow=True)) as chunks:
-                async for chunk in chunks:
-                    if not out.write(chunk):
-                        break
-        finally:
-            out.close()
-        return out.truncated
-
-    async def _drained(self, capture: asyncio.Future[bool], ctx: RunContext) -> bool:
-        """The capture's truncation flag, once the stream has caught up with the exit."""
-        try:
-            return await asyncio.wait_for(capture, self.settings.output_drain_s)
-        except (TimeoutError, DockerError, OSError) as exc:
+            await attached.drained(self.settings.output_drain_s)
+        except (TimeoutError, DockerError) as exc:
             event("output_incomplete", job=ctx.job.id, error=type(exc).__name__)
-            return False
 
     async def _kill_reason(self, cid: str, done: _Exit) -> str | None:
         if done.code == 0:
             return None  # a clean exit is a clean exit, whatever happened to a child on the way
-        state: dict[str, Any] = (await self.client.inspect(cid)).get("State", {})
+        state = done.state
         if state.get("OOMKilled"):
             return OOM
         if done.code != SIGKILL_EXIT:
@@ -450,6 +445,23 @@ class DockerRunner(Runner):
             pass
         except DockerError as exc:
             event("container_remove_failed", container=cid[:12], error=str(exc))
+
+
+def _lost(ctx: RunContext, name: str, exc: Exception, output_lost: bool) -> RunResult:
+    """A run that started and whose exit could not be read, or not believed."""
+    event("container_lost", job=ctx.job.id, container=name, error=str(exc))
+    error = DOCKER_ERROR
+    if isinstance(exc, RunLost):
+        error = ENGINE_RESTARTED
+    elif isinstance(exc, DockerUnavailable):
+        error = DOCKER_UNAVAILABLE
+    return RunResult(
+        started=True,
+        error=error,
+        container=name,
+        output=str(ctx.output_path),
+        output_lost=output_lost,
+    )
 
 
 def _never_started(ctx: RunContext, name: str, exc: DockerError) -> RunResult:

@@ -16,6 +16,7 @@ def docker_settings(settings: Settings) -> DockerSettings:
         default_image=settings.image,
         default_memory=str(settings.job_memory),  # bytes: parse_memory reads a plain count
         default_cpus=settings.job_cpus,
+        engine_wait_s=settings.engine_wait_ms / 1000,
     )
 
 

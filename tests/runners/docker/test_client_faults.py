@@ -265,6 +265,14 @@ async def test_an_engine_lost_while_waiting_is_unavailable(engine) -> None:
             await waiter.result()
 
 
+async def test_a_wait_that_ends_with_no_answer_is_unavailable(engine) -> None:
+    engine.on("POST", "/containers/c1/wait", chunked())  # closed cleanly, nothing said
+    async with engine.client() as client:
+        waiter = await client.wait("c1")
+        with pytest.raises(DockerUnavailable, match="without an exit code"):
+            await waiter.result()
+
+
 def _frame(stream: int, payload: bytes) -> bytes:
     return struct.pack(">BxxxI", stream, len(payload)) + payload
 

@@ -208,3 +208,11 @@ async def test_hundred_true_runs_in_a_row(runner, docker, tmp_path, host_label):
         codes.append(result.exit_code)
     assert codes == [0] * 100
     assert await _leftovers(docker, host_label) == []
+
+
+async def test_a_full_disk_loses_the_output_not_the_run(runner, tmp_path, host_label):
+    ctx = make_ctx(tmp_path, host_label, ["sh", "-c", "echo hi; exit 0"])
+    ctx.output_path = Path("/dev/full")  # every write: ENOSPC
+    result = await runner.run(ctx)
+    assert (result.exit_code, result.output_lost) == (0, True)
+    assert classify(result, ctx.abort_reason) == ("completed", "")

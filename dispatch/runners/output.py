@@ -1,0 +1,77 @@
+"""A run's output file: capped, and never the reason a run fails.
+
+Both runners copy the job's stdout and stderr here as it comes. Past the cap the truncation
+mark is written and nothing more (`truncated`). A disk that fails (full, read-only, I/O error)
+stops the writing at once: the failure is logged once (`output_write_failed`), what was
+written stays, `lost` is set (and recorded as `output_lost`), and the run goes on as if
+nothing happened. The job's own result decides the job; its output is a convenience.
+
+The file is unbuffered (writes go straight to the kernel), so a failure surfaces at the write
+that met it rather than at a later flush or at close. Writes are synchronous: small appends
+to a local file, not worth a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+from pathlib import Path
+
+from dispatch.log import event
+from dispatch.runners.base import TRUNCATION_MARK
+
+
+class OutputFile:
+    def __init__(self, path: Path, cap: int, job: str) -> None:
+        self.path = path
+        self.job = job
+        self.truncated = False
+        self.lost = False
+        self._left = cap
+        self._file: io.FileIO | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = io.FileIO(path, "wb")
+        except OSError as exc:
+            self._lose(exc)
+
+    @property
+    def writing(self) -> bool:
+        """False once nothing more will be written: the cap was reached, or the disk failed."""
+        return self._file is not None and not self.truncated
+
+    def write(self, data: bytes) -> bool:
+        """Append up to the cap (then the mark); the same answer as `writing` afterwards."""
+        if not self.writing:
+            return False
+        keep = data[: self._left]
+        self._left -= len(keep)
+        try:
+            self._write_all(keep)
+            if len(keep) < len(data):
+                self.truncated = True
+                self._write_all(TRUNCATION_MARK)
+        except OSError as exc:
+            self._lose(exc)
+        return self.writing
+
+    def close(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._file is not None
+        view = memoryview(data)
+        while view:
+            written = self._file.write(view)
+            if not written:  # a regular file never takes nothing; do not spin on one that does
+                raise OSError(errno.EIO, "the output file took no bytes")
+            view = view[written:]
+
+    def _lose(self, exc: OSError) -> None:
+        event("output_write_failed", job=self.job, file=self.path.name, error=str(exc))
+        self.lost = True
+        self.close()
