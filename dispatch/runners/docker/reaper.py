@@ -8,7 +8,8 @@ concurrently, each logged `container_reaped`. A container without a job label is
 it carries our host label, so we made it, and no claim can own it.
 
 If the engine cannot be listed the report says so (`listed=False`) and nothing counts as
-reaped: the caller must then not free claims on the belief that their containers are gone.
+reaped; a container that could not be removed is in `failed`. Either way the caller must not
+free claims on the belief that their containers are gone (`DockerRunner.reap` answers False).
 """
 
 from __future__ import annotations
