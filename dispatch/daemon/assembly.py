@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
-from dispatch.daemon.boot import boot
+from dispatch.daemon.boot import boot_until_done, reconcile_every
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
 from dispatch.fleet.hosts import LiveHosts
@@ -51,18 +51,34 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     blocking = redis_client(settings.redis_url, socket_timeout=30)
     runner = make_runner(settings)
     config = ConfigFiles(settings.config_dir, SystemClock())
+    queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
     try:
         async with gated_processor(settings, redis, runner, config) as processor:
             worker = Worker(settings, redis, processor, blocking=blocking)
-            await boot(redis, runner, settings.host, settings.prefix)
-            queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
-            follower = asyncio.create_task(follow_config(config, queues, stop))
-            await worker.run(stop)
-            await follower
-            await runner.settle()  # background removals finish before the loop closes
+            # nothing is claimed before the runs a predecessor left are known gone
+            if await boot_until_done(redis, runner, settings.host, settings.prefix, queues, stop):
+                await _work(settings, worker, runner, config, queues, stop)
     finally:
         await redis.aclose()
         await blocking.aclose()
+
+
+async def _work(
+    settings: Settings,
+    worker: Worker,
+    runner: Runner,
+    config: ConfigFiles,
+    queues: list[Queue],
+    stop: asyncio.Event,
+) -> None:
+    follower = asyncio.create_task(follow_config(config, queues, stop))
+    reconciler = asyncio.create_task(
+        reconcile_every(settings.reconcile_s, stop, runner, settings.host, queues, worker.held)
+    )
+    await worker.run(stop)
+    await follower
+    await reconciler
+    await runner.settle()  # background removals finish before the loop closes
 
 
 @contextlib.asynccontextmanager

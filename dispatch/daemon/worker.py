@@ -160,6 +160,10 @@ class Worker:
             if lane.pending:  # their locks lapse and the sweeper puts them back
                 event("finish_abandoned", queue=lane.queue.name, jobs=len(lane.pending))
 
+    def held(self) -> set[tuple[str, str]]:
+        """(job id, lock token) of every claim this process runs now."""
+        return {(e.claim.id, e.claim.token) for e in self.running.values()}
+
     async def _every(
         self, period_s: float, fn: Callable[[], Awaitable[None]], at_start: bool = False
     ) -> None:
