@@ -164,6 +164,11 @@ class Worker:
         """(job id, lock token) of every claim this process runs now."""
         return {(e.claim.id, e.claim.token) for e in self.running.values()}
 
+    def abort_all(self, reason: str) -> None:
+        """Abort every run now, without the shutdown's grace."""
+        for entry in self.running.values():
+            entry.signal.abort(reason)
+
     async def _every(
         self, period_s: float, fn: Callable[[], Awaitable[None]], at_start: bool = False
     ) -> None:
