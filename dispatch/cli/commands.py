@@ -62,11 +62,11 @@ def _with_client(fn: Callable[[Client], Awaitable[int]], settings: Settings) -> 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.daemon import assembly as daemon
-    from dispatch.daemon.instance import hold_state_dir
+    from dispatch.daemon.instance import hold_instance
     from dispatch.queue import embedded
 
-    # the state dir first: a second `up` must not start a redis-server on the first one's socket
-    with hold_state_dir(settings.state_dir, settings.host) as holder:
+    # held first: a second `up` must not start a redis-server on the first one's socket
+    with hold_instance(settings) as holder:
         server = embedded.start(settings.state_dir) if settings.embedded else None
         try:
             daemon.run(settings, holder)
@@ -78,9 +78,9 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.daemon import assembly as daemon
-    from dispatch.daemon.instance import hold_state_dir
+    from dispatch.daemon.instance import hold_instance
 
-    with hold_state_dir(settings.state_dir, settings.host) as holder:
+    with hold_instance(settings) as holder:
         daemon.run(settings, holder)
     return 0
 

@@ -35,10 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -91,6 +94,18 @@ def _boot_id() -> str:
 
 
 @contextlib.contextmanager
+def hold_instance(settings: Settings) -> Iterator[Holder]:
+    """Hold the state dir and, for the docker runner, the host name on this machine's engine."""
+    with contextlib.ExitStack() as held:
+        holder = held.enter_context(hold_state_dir(settings.state_dir, settings.host))
+        if settings.runner == "docker":
+            from dispatch.runners.docker import resolve_host
+
+            held.enter_context(hold_engine_name(resolve_host(), settings.host))
+        yield holder
+
+
+@contextlib.contextmanager
 def hold_state_dir(state_dir: Path, host: str) -> Iterator[Holder]:
     """Hold the state dir's lock for the block; raise InstanceTaken when another process has it."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +140,52 @@ def _lock(fd: int, state_dir: Path, host: str) -> Holder:
     os.ftruncate(fd, 0)
     os.pwrite(fd, msgspec.json.encode(holder) + b"\n", 0)
     return holder
+
+
+@contextlib.contextmanager
+def hold_engine_name(engine: str, host: str) -> Iterator[None]:
+    """Hold (engine, host name) on this machine: an abstract unix socket, which any user can
+    bind, only one process at a time, and which the kernel frees when the process ends.
+
+    Without it, a daemon on another Redis (an operator's `dispatch up` with its embedded
+    Redis, beside the service) would find no live claim for the service's containers on the
+    shared engine and reap them all. Where abstract sockets do not exist it guards nothing."""
+    sock = _bind_engine_name(engine, host)
+    try:
+        yield
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _bind_engine_name(engine: str, host: str) -> socket.socket | None:
+    name = "\0dispatch-" + hashlib.sha256(f"{engine}\n{host}".encode()).hexdigest()[:32]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(name)
+        sock.listen(8)  # lets a refused daemon ask the kernel who holds it (SO_PEERCRED)
+        return sock
+    except OSError as exc:
+        sock.close()
+        if exc.errno != errno.EADDRINUSE:
+            event("engine_name_unguarded", error=str(exc))
+            return None
+    raise InstanceTaken(
+        f"host name {host} already runs a daemon on this machine's Docker engine {engine}"
+        f" (pid {_peer_pid(name) or 'unknown'}); stop it first, or give this one another"
+        " DISPATCH_HOST"
+    )
+
+
+def _peer_pid(name: str) -> int:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(name)
+            creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            return 0
+    return int(struct.unpack("3i", creds)[0])
 
 
 class HostOwner:

@@ -1,11 +1,13 @@
 """One daemon per host name and per state dir, as an operator meets it: real daemon processes on
 a real Redis. A second daemon refuses to start with one line naming the first; a clean stop
 frees both at once, and so does a crash for a restart in the same state dir; a daemon whose host
-name another one took over (it was frozen past the hold's TTL) exits rather than run beside it.
+name another one took over (it was frozen past the hold's TTL) exits rather than run beside it;
+and on one machine's Docker engine a host name runs one daemon, whatever Redis it uses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -19,6 +21,8 @@ import pytest
 import redis as sync_redis
 
 from dispatch.queue.keys import host_keys
+from dispatch.runners.docker import DockerClient
+from dispatch.runners.docker.labels import LABEL_HOST
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
 from tests.support.polling import eventually_sync
 
@@ -131,3 +135,38 @@ def test_a_daemon_whose_host_name_was_taken_over_exits(env_of, owner_of):
                 f"dispatch: host name h1 was taken over by another daemon (pid {second.pid} "
             )
             assert second.poll() is None and held_by(owner_of, "h1", second)
+
+
+def test_a_daemon_of_another_fleet_under_the_same_name_leaves_the_engine_alone(
+    redis_url: str, prefix: str, tmp_path: Path, image: str, docker_host: str, host_label: str
+) -> None:
+    """An operator's `dispatch up` beside the service, on its own Redis (here: its own prefix),
+    sees none of the service's claims: it must not start and reap the service's containers."""
+
+    def env(fleet: str) -> dict[str, str]:
+        return cli_env(
+            redis_url, fleet, tmp_path / fleet, DISPATCH_RUNNER="docker", DISPATCH_HOST=host_label,
+            DISPATCH_IMAGE=image, DISPATCH_SHUTDOWN_GRACE="1s", DISPATCH_STOP_GRACE="1s",
+        )  # fmt: skip
+
+    service = env(prefix)
+    with daemon(service) as first:
+        job_id = dispatch(service, "submit", "--", "sleep", "300").stdout.strip()
+        assert wait_state(service, job_id, "active", timeout=60) == "active"
+        running = eventually_sync(lambda: containers(docker_host, host_label), 60)
+        line = one_line(dispatch(env(prefix + "x"), "worker"))
+        assert line.startswith(
+            f"dispatch: host name {host_label} already runs a daemon on this machine's Docker"
+        )
+        assert f"(pid {first.pid})" in line
+        assert containers(docker_host, host_label) == running
+        assert dispatch(service, "cancel", job_id).returncode == 0
+        assert wait_state(service, job_id, "cancelled", timeout=60) == "cancelled"
+
+
+def containers(docker_host: str, host: str) -> list[str]:
+    async def ids() -> list[str]:
+        async with DockerClient(docker_host) as client:
+            return [c["Id"] for c in await client.list_containers({LABEL_HOST: host})]
+
+    return asyncio.run(ids())
