@@ -9,7 +9,9 @@ predecessor that died or was stopped mid-run. In this order:
      about to be handed back does not count as live (its run is the predecessor's, and must
      stop before the job can run again);
   3. hand those claims back to the head of wait (`Queue.hand_back`): they run again at once,
-     spending no attempt and counting no stall, rather than lapsing with their lock;
+     spending no attempt and counting no stall, rather than lapsing with their lock (a claim
+     whose run was recorded before its finish landed is left to lapse: after that stall the
+     settled gate ends it as recorded, rather than running it twice);
   4. free this host's stale fleet lease holders (`sweep_host`).
 
 A step runs only once the one before it succeeded, so a claim is handed on, and a lease freed,
@@ -122,9 +124,9 @@ async def _claims(queues: Sequence[Queue]) -> set[Pair]:
 
 
 async def _hand_back(queue: Queue, pairs: Sequence[Pair]) -> None:
-    handed = await queue.hand_back(pairs)
+    handed, recorded = await queue.hand_back(pairs)
     if pairs:
-        event("claims_handed_back", queue=queue.name, jobs=handed, found=len(pairs))
+        event("claims_handed_back", queue=queue.name, jobs=handed, left_recorded=recorded)
 
 
 async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:

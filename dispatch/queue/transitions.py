@@ -233,16 +233,19 @@ class Queue:
         mine = host + ":"
         return [(job_id, token) for job_id, token in await self.claims() if token.startswith(mine)]
 
-    async def hand_back(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+    async def hand_back(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """Put claims back at the head of wait at once, spending no attempt and counting no
-        stall; the ids handed back (a claim whose lock moved on is left alone)."""
+        stall: (ids handed back, ids left because their attempt already has a run record).
+
+        A claim whose lock moved on is left alone. A recorded one ran to its end: handed back
+        it would run again, so its lock is left to lapse and the settled gate ends it."""
         if not pairs:
-            return []
+            return [], []
         args: list[Arg] = [x for pair in pairs for x in pair]
         k = self.keys
-        keys = [k.active, k.lock, k.wait, k.marker, k.cancel]
+        keys = [k.active, k.lock, k.wait, k.marker, k.cancel, k.attempts, k.runs]
         reply = checked(await script("job_handback")(self.redis, keys, args), "hand back")
-        return [_text(x) for x in reply]
+        return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
 
     async def cancel(self, job_id: str, result: bytes, run_id: str, run: bytes) -> tuple[int, str]:
         """(1, "") cancelled before start; (2, token) running; (3, "") already finished."""

@@ -147,8 +147,9 @@ async def test_a_host_finds_its_claims_and_hands_back_only_current_ones(queue: Q
     again = await claim_one(queue, host="h2")
     assert again.id == stale.id
     assert await queue.claims_of("h1") == [(mine.id, mine.token)]
-    assert await queue.hand_back([(mine.id, mine.token), (stale.id, stale.token)]) == [mine.id]
+    handed = await queue.hand_back([(mine.id, mine.token), (stale.id, stale.token)])
+    assert handed == ([mine.id], [])
     assert await queue.claims_of("h1") == []
-    assert await queue.hand_back([]) == []
+    assert await queue.hand_back([]) == ([], [])
     (back,) = (await queue.claim(1, "h3", 60_000)).claims
     assert (back.id, back.attempt, back.stalls) == (mine.id, 1, 0)
