@@ -1,12 +1,14 @@
 """A daemon's boot after a crash, with real daemon processes, a real Redis and a real engine:
 the jobs its predecessor was running are handed back at once (no lapse, no stall, no attempt
 spent) once their runs are gone, and the reaper removes only what no live claim owns, at boot
-and in the reconcile that repeats it.
+and in the reconcile that repeats it. While the boot cannot reap (the engine is away), it is
+retried, and nothing is claimed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 import uuid
@@ -146,3 +148,34 @@ def test_the_reconcile_removes_an_orphan_and_keeps_a_running_job(
             assert wait_state(env, job_id, "cancelled", timeout=60) == "cancelled"
     finally:
         run(_remove(docker_host, host_label))
+
+
+class Lines:
+    """A running daemon's stderr, read as it comes without blocking the test."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        os.set_blocking(stream.fileno(), False)
+        self.text = ""
+
+    def count(self, needle: str) -> int:
+        chunk = self.stream.read()
+        self.text += chunk.decode() if chunk else ""
+        return self.text.count(needle)
+
+
+def test_nothing_is_claimed_until_the_boot_could_reap(
+    env: dict[str, str], docker_host: str, tmp_path: Path
+) -> None:
+    if not docker_host.startswith("unix://"):
+        pytest.skip("the engine comes back as a symlink to its unix socket")
+    engine = tmp_path / "engine.sock"  # no engine there yet: the boot cannot list containers
+    away = {**env, "DOCKER_HOST": f"unix://{engine}"}
+    job_id = dispatch(away, "submit", "--", "true").stdout.strip()
+    with daemon(away) as proc:
+        assert proc.stderr is not None
+        log = Lines(proc.stderr)
+        eventually_sync(lambda: log.count('"boot_retry"') >= 2, 30)
+        assert wait_state(away, job_id, "waiting") == "waiting"  # retried, never claimed
+        engine.symlink_to(docker_host.removeprefix("unix://"))  # the engine is back
+        assert wait_state(away, job_id, "completed", "failed", timeout=60) == "completed"

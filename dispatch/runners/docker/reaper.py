@@ -1,4 +1,5 @@
-"""The boot reaper: at daemon start, clear away this host's containers that nobody owns.
+"""The reaper: clear away this host's containers that nobody owns, at daemon start (what a
+predecessor left) and then every minute (what a lost claim left; `dispatch/daemon/boot.py`).
 
 A daemon that died mid-job (SIGKILL, power loss) leaves its containers running or exited.
 At the next start, before this host's fleet claims are freed, `reap` lists every container
