@@ -51,7 +51,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.config.settings import Settings
-from dispatch.errors import InstanceTaken
+from dispatch.errors import ConfigError, InstanceTaken
 from dispatch.log import event
 from dispatch.queue.keys import host_keys
 from dispatch.queue.scripts import Arg, checked, script
@@ -108,8 +108,11 @@ def hold_instance(settings: Settings) -> Iterator[Holder]:
 @contextlib.contextmanager
 def hold_state_dir(state_dir: Path, host: str) -> Iterator[Holder]:
     """Hold the state dir's lock for the block; raise InstanceTaken when another process has it."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"DISPATCH_STATE_DIR {state_dir}: {exc.strerror or exc}") from None
     try:
         holder = _lock(fd, state_dir, host)
         yield holder
@@ -127,6 +130,8 @@ def _lock(fd: int, state_dir: Path, host: str) -> Holder:
             f"state dir {state_dir} is in use by another daemon ({who});"
             " stop it first, or give this one its own DISPATCH_STATE_DIR"
         ) from None
+    except OSError as exc:  # a file system without locks: one daemon per dir cannot be kept
+        raise ConfigError(f"DISPATCH_STATE_DIR {state_dir}: cannot lock: {exc.strerror}") from None
     st = os.fstat(fd)
     machine = socket.gethostname()
     holder = Holder(
