@@ -66,7 +66,7 @@ async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None =
     finally:
         await redis.aclose()
         await blocking.aclose()
-    if owner.taker is not None:
+    if owner.lost:
         raise owner.taken_over()
 
 

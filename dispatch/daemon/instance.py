@@ -203,7 +203,8 @@ class HostOwner:
         self.ttl_ms = settings.lock_ms
         self.me = msgspec.structs.replace(holder, nonce=secrets.token_hex(8))
         self.value = msgspec.json.encode(self.me)
-        self.taker: Holder | None = None  # who took the name over, once it was lost
+        self.lost = False  # another process took the name over
+        self.taker: Holder | None = None  # who, when its value could be read
 
     async def take(self) -> None:
         """Hold the host name, or raise InstanceTaken naming the process that does."""
@@ -251,7 +252,7 @@ class HostOwner:
             if code == TAKEN:
                 event("host_owner_retaken", host=self.host)  # lapsed, and nobody took it
             elif code == HELD:
-                self.taker = _decode(raw)
+                self.lost, self.taker = True, _decode(raw)
                 event("host_taken_over", host=self.host, by=self.taker)
                 on_lost()
                 return

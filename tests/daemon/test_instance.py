@@ -93,7 +93,7 @@ async def test_a_holder_whose_name_was_taken_over_is_told_once(redis, prefix, tm
         await redis.set(host_keys("h1", prefix).owner, other)
         await asyncio.wait_for(lost.wait(), 5)
         await keeper
-        assert owner.taker is not None and owner.taker.machine == "m2"
+        assert owner.lost and owner.taker is not None and owner.taker.machine == "m2"
         assert "taken over by another daemon (pid 1 on m2" in str(owner.taken_over())
         await owner.release()
         assert await redis.get(owner.key) == other
