@@ -8,6 +8,7 @@
     │   ├── NotFound           no such job
     │   └── Conflict           the job is not in a state the transition allows
     ├── RedisUnavailable       Redis could not be reached
+    ├── InstanceTaken          another daemon holds this host name or state dir (exit 1)
     └── DockerError            the Docker engine said no (see dispatch.runners.docker.errors)
 
 Foreign errors (redis-py, httpx, OSError) are translated where they enter, so callers above
@@ -46,6 +47,10 @@ class Conflict(ScriptError):
 
 
 class RedisUnavailable(DispatchError):
+    pass
+
+
+class InstanceTaken(DispatchError):
     pass
 
 

@@ -62,21 +62,26 @@ def _with_client(fn: Callable[[Client], Awaitable[int]], settings: Settings) -> 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.daemon import assembly as daemon
+    from dispatch.daemon.instance import hold_instance
     from dispatch.queue import embedded
 
-    server = embedded.start(settings.state_dir) if settings.embedded else None
-    try:
-        daemon.run(settings)
-    finally:
-        if server is not None:
-            embedded.stop(server)
+    # held first: a second `up` must not start a redis-server on the first one's socket
+    with hold_instance(settings) as holder:
+        server = embedded.start(settings.state_dir) if settings.embedded else None
+        try:
+            daemon.run(settings, holder)
+        finally:
+            if server is not None:
+                embedded.stop(server)
     return 0
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.daemon import assembly as daemon
+    from dispatch.daemon.instance import hold_instance
 
-    daemon.run(settings)
+    with hold_instance(settings) as holder:
+        daemon.run(settings, holder)
     return 0
 
 

@@ -64,6 +64,7 @@ class Settings:
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
     engine_wait_ms: int = 10 * 60_000  # how long a job waits for an unreachable Docker engine
+    reconcile_s: float = 60.0  # how often the runner's runs are checked against live claims
     image: str = "dispatch-test:latest"
     job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
     job_cpus: float = 2.0
@@ -154,6 +155,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
     ("engine_wait_ms", "DISPATCH_ENGINE_WAIT_MAX", parse_duration_ms),
+    ("reconcile_s", "DISPATCH_RECONCILE_EVERY", _seconds),
     ("image", "DISPATCH_IMAGE", str),
     ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
     ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
@@ -177,3 +179,5 @@ def _check(s: Settings) -> None:
         )
     if s.max_stalls < 0:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")
+    if s.reconcile_s < 1:  # each round lists the engine's containers: not a busy loop
+        raise ConfigError("DISPATCH_RECONCILE_EVERY must be at least 1s")

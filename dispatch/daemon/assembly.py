@@ -1,5 +1,10 @@
 """Assembles a daemon from settings: Redis clients, runner, processor, worker; runs it on
-uvloop until SIGTERM or SIGINT, then shuts down gracefully."""
+uvloop until SIGTERM or SIGINT, then shuts down gracefully.
+
+The order matters: the state dir is held (by the CLI, before an embedded Redis starts), then
+the host name (`instance.HostOwner`), then the boot reaps and hands back what a predecessor
+left (`boot.boot_until_done`, retried until it succeeds), and only then does the worker claim.
+The host name is kept until the worker has stopped, and given up last."""
 
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ from redis.exceptions import RedisError
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
-from dispatch.daemon.boot import boot
+from dispatch.daemon.boot import boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
+from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
 from dispatch.fleet.hosts import LiveHosts
@@ -27,7 +33,7 @@ from dispatch.gates.pipeline import GateDeps, pipeline
 from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
-from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW
+from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
 from dispatch.runners.process import ProcessRunner
@@ -43,27 +49,76 @@ def make_runner(settings: Settings) -> Runner:
     return docker_runner(settings)
 
 
-async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None = None) -> None:
+    """Run the daemon until `stop` (SIGTERM, SIGINT); `holder` is the state dir's lock holder.
+
+    Raises InstanceTaken when another daemon holds the host name, at start or later."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     redis = redis_client(settings.redis_url, socket_timeout=15)
     blocking = redis_client(settings.redis_url, socket_timeout=30)
-    runner = make_runner(settings)
-    config = ConfigFiles(settings.config_dir, SystemClock())
+    owner = HostOwner(redis, settings, holder)
     try:
-        async with gated_processor(settings, redis, runner, config) as processor:
-            worker = Worker(settings, redis, processor, blocking=blocking)
-            await boot(redis, runner, settings.host, settings.prefix)
-            queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
-            follower = asyncio.create_task(follow_config(config, queues, stop))
-            await worker.run(stop)
-            await follower
-            await runner.settle()  # background removals finish before the loop closes
+        await owner.take()  # before boot: a second daemon must not touch the first one's runs
+        event("daemon_starting", host=settings.host, runner=settings.runner)
+        await _serve_as_owner(settings, redis, blocking, owner, stop)
     finally:
         await redis.aclose()
         await blocking.aclose()
+    if owner.lost:
+        raise owner.taken_over()
+
+
+async def _serve_as_owner(
+    settings: Settings, redis: Redis, blocking: Redis, owner: HostOwner, stop: asyncio.Event
+) -> None:
+    runner = make_runner(settings)
+    config = ConfigFiles(settings.config_dir, SystemClock())
+    queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
+    async with gated_processor(settings, redis, runner, config) as processor:
+        worker = Worker(settings, redis, processor, blocking=blocking)
+        async with _owned(owner, worker, stop):
+            # nothing is claimed before the runs a predecessor left are known gone
+            if await boot_until_done(redis, runner, settings.host, settings.prefix, queues, stop):
+                await _work(settings, worker, runner, config, queues, stop)
+
+
+@contextlib.asynccontextmanager
+async def _owned(owner: HostOwner, worker: Worker, stop: asyncio.Event) -> AsyncIterator[None]:
+    """Keep the host name for the block; if another daemon takes it over, stop at once."""
+
+    def lost() -> None:
+        worker.abort_all(SHUTDOWN)  # their claims were handed back: no grace to wait out
+        stop.set()
+
+    done = asyncio.Event()
+    keeper = asyncio.create_task(owner.keep(done, lost))
+    try:
+        yield
+    finally:
+        done.set()
+        await keeper
+        await owner.release()
+
+
+async def _work(
+    settings: Settings,
+    worker: Worker,
+    runner: Runner,
+    config: ConfigFiles,
+    queues: list[Queue],
+    stop: asyncio.Event,
+) -> None:
+    follower = asyncio.create_task(follow_config(config, queues, stop))
+    reconciler = asyncio.create_task(
+        reconcile_every(settings.reconcile_s, stop, runner, settings.host, queues, worker.held)
+    )
+    await worker.run(stop)
+    await follower
+    await reconciler
+    await runner.settle()  # background removals finish before the loop closes
 
 
 @contextlib.asynccontextmanager
@@ -122,6 +177,6 @@ async def follow_config(
                 event("config_recheck", queue=queue.name, jobs=len(ids))
 
 
-def run(settings: Settings) -> None:
-    event("daemon_starting", host=settings.host, runner=settings.runner)
-    uvloop.run(serve(settings))
+def run(settings: Settings, holder: Holder) -> None:
+    """Serve on uvloop; the caller holds the state dir (`instance.hold_state_dir`)."""
+    uvloop.run(serve(settings, holder))

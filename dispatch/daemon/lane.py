@@ -61,6 +61,8 @@ class Lane:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     must_claim: bool = True
     due_at: float | None = None  # the clock's monotonic instant of the next delayed job
+    claiming: int = 0  # claim calls in flight
+    unsure: bool = False  # a claim call failed: its script may have run, its reply lost
 
     @property
     def name(self) -> str:
@@ -111,13 +113,16 @@ class Lane:
         if want == 0:
             return
         try:
+            self.claiming += 1
             batch = await self.queue.claim(want, self.settings.host, self.settings.lock_ms)
         except (RedisError, OSError) as exc:
             self.capacity.give(want)
-            self.must_claim = True
+            self.must_claim = self.unsure = True
             event("redis_error", during="claim", error=str(exc))
             await self.life.stopped_within(CLAIM_RETRY_S)
             return
+        finally:
+            self.claiming -= 1
         self.accept(batch, want)
 
     def accept(self, batch: ClaimBatch, want: int) -> None:
@@ -130,6 +135,22 @@ class Lane:
         )
         for claim in batch.claims:
             self.start(claim)
+
+    async def recover(self, running: set[tuple[str, str]]) -> None:
+        """After a claim call failed, hand back the claims of this host that nobody here runs:
+        the script may have run and only its reply been lost. Looked at only while no claim
+        call is in flight, so a claim whose reply is on its way is never taken for one."""
+        if not self.unsure or self.claiming:
+            return
+        ours = running | {(f.id, f.token) for f, _ in self.pending}
+        claims = await self.queue.claims_of(self.settings.host)
+        if self.claiming:  # a claim started meanwhile: its tokens may be in what was read
+            return
+        orphans = [pair for pair in claims if pair not in ours]
+        handed, recorded = await self.queue.hand_back(orphans)
+        self.unsure = False
+        if handed or recorded:
+            event("lost_claims_handed_back", queue=self.name, jobs=handed, recorded=recorded)
 
     # -- watcher ---------------------------------------------------------------------------
 
@@ -168,6 +189,7 @@ class Lane:
         items = [finish for finish, _ in batch]
         want = self.capacity.take(self.life.draining)
         try:
+            self.claiming += 1
             if want:
                 oks, claimed = await self.queue.finish_and_claim(
                     items, want, self.settings.host, self.settings.lock_ms
@@ -175,12 +197,15 @@ class Lane:
             else:
                 oks, claimed = await self.queue.finish(items), None
         except (RedisError, OSError) as exc:
+            self.unsure = self.unsure or want > 0
             self.capacity.give(want)
             self.pending[:0] = [(f, None) for f in items]  # the local record is already written
             event("redis_error", during="finish", error=str(exc))
             await self.life.stopped_within(FINISH_RETRY_S)
             self.flush_now.set()
             return
+        finally:
+            self.claiming -= 1
         self._settle(items, oks, claimed, want)
 
     def _write_local(self, runs: Iterable[bytes]) -> None:

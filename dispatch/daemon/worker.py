@@ -111,7 +111,7 @@ class Worker:
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
         life = self.life
         loops = [
-            every("renew", self.s.renew_s, self.locks.tick, life),
+            every("renew", self.s.renew_s, self._renew, life),
             every(
                 "heartbeat", self.t.heartbeat_s, lambda: self.upkeep.beat(self.t.heartbeat_s), life
             ),
@@ -126,6 +126,11 @@ class Worker:
                 ),
             ]
         return loops
+
+    async def _renew(self) -> None:
+        await self.locks.tick()
+        for lane in self.lanes.values():
+            await lane.recover(self.held())
 
     async def _sweep(self, lane: Lane) -> None:
         if await self.upkeep.sweep(lane.queue):
@@ -177,6 +182,15 @@ class Worker:
                 await lane.flush()
             if lane.pending:  # their locks lapse and the sweeper puts them back
                 event("finish_abandoned", queue=lane.name, jobs=len(lane.pending))
+
+    def held(self) -> set[tuple[str, str]]:
+        """(job id, lock token) of every claim this process runs now."""
+        return {(e.claim.id, e.claim.token) for e in self.running.values()}
+
+    def abort_all(self, reason: str) -> None:
+        """Abort every run now, without the shutdown's grace."""
+        for entry in self.running.values():
+            entry.signal.abort(reason)
 
     # -- running ---------------------------------------------------------------------------
 

@@ -6,10 +6,12 @@ slot and are only touched by plain commands, never by a multi-key script. The fl
 (`fleet_paused`) is one of them: each queue's own `paused` key carries a copy of it, which is
 what `job_claim` reads (`fleet_pause.py` keeps the copies in step).
 
-A Lua header names each of its KEYS by a field name of `QueueKeys` or `LeaseKeys` below, in that
-script's own order (`job_enqueue` starts with `data`, `job_claim` with `wait`). The field order
-here means nothing to the scripts: each wrapper (`Queue` in `transitions.py`, `FleetLeases` in
-`dispatch/fleet/leases.py`) passes its keys by name, in its script's header order.
+A Lua header names each of its KEYS by a field name of `QueueKeys`, `HostKeys` or `LeaseKeys`
+below, in that script's own order (`job_enqueue` starts with `data`, `job_claim` with `wait`).
+The field order here means nothing to the scripts: each wrapper (`Queue` in `transitions.py`,
+`FleetLeases` in `dispatch/fleet/leases.py`, `HostOwner` in `dispatch/daemon/instance.py`)
+passes its keys by name, in its script's header order. A host name's owner key is one key per
+script call, so it needs no hash tag.
 `tests/lua/test_headers.py` checks that every header name is a field here and that one call's
 keys share a slot.
 """
@@ -75,6 +77,18 @@ def hosts_registry(prefix: str = DEFAULT_PREFIX) -> str:
 def host_alive(host: str, prefix: str = DEFAULT_PREFIX) -> str:
     """STRING with a short TTL, refreshed by the host's heartbeat: present means alive."""
     return f"{prefix}:host:{host}"
+
+
+@dataclass(frozen=True, slots=True)
+class HostKeys:
+    """The keys of one host name; host_*.lua headers name `owner`."""
+
+    name: str
+    owner: str  # STRING the one daemon process holding the name, with a TTL (daemon/instance.py)
+
+
+def host_keys(host: str, prefix: str = DEFAULT_PREFIX) -> HostKeys:
+    return HostKeys(host, f"{prefix}:host:{host}:owner")
 
 
 @dataclass(frozen=True, slots=True)

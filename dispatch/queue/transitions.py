@@ -2,8 +2,10 @@
 
     enqueue ──> wait ─────────────┐          claim ──> active ──> finish ──> done
             └─> delayed ─(due)────┘                     │  └────> retry/defer ──> delayed
-                                                        └─(lock deadline passed)──> sweep
-                                                                 ──> wait, or done (stalled)
+                                                        ├─(lock deadline passed)──> sweep
+                                                        │        ──> wait, or done (stalled)
+                                                        └─(its host no longer runs it)──> hand_back
+                                                                 ──> head of wait, nothing counted
 
 Every transition of a claimed job carries the claim's lock token; a stale token changes
 nothing. Reads (`get`, `list`) are plain pipelined commands: they may see a job mid-move but
@@ -220,6 +222,31 @@ class Queue:
         reply = checked(
             await script("job_sweep")(self.redis, keys, [max_stalls, limit, result]), "sweep"
         )
+        return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
+
+    async def claims(self) -> list[tuple[str, str]]:
+        """Every current claim as (id, lock token), read from the lock hash in one call: cheap
+        for an active set of hundreds, which is what a fleet holds."""
+        found = await self.redis.hgetall(self.keys.lock)
+        return [(_text(job_id), _text(token)) for job_id, token in found.items()]
+
+    async def claims_of(self, host: str) -> list[tuple[str, str]]:
+        """The claims whose token `<host>:<n>` names `host` (host names hold no colon)."""
+        mine = host + ":"
+        return [(job_id, token) for job_id, token in await self.claims() if token.startswith(mine)]
+
+    async def hand_back(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
+        """Put claims back at the head of wait at once, spending no attempt and counting no
+        stall: (ids handed back, ids left because their attempt already has a run record).
+
+        A claim whose lock moved on is left alone. A recorded one ran to its end: handed back
+        it would run again, so its lock is left to lapse and the settled gate ends it."""
+        if not pairs:
+            return [], []
+        args: list[Arg] = [x for pair in pairs for x in pair]
+        k = self.keys
+        keys = [k.active, k.lock, k.wait, k.marker, k.cancel, k.attempts, k.runs]
+        reply = checked(await script("job_handback")(self.redis, keys, args), "hand back")
         return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
 
     async def cancel(self, job_id: str, result: bytes, run_id: str, run: bytes) -> tuple[int, str]:

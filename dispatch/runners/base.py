@@ -143,11 +143,13 @@ class Runner(Protocol):
         ...
 
     async def reap(self, host: str, is_live: IsLive) -> bool:
-        """At boot, remove the runs an earlier process of `host` left that no live claim owns.
+        """Remove the runs of `host` that no live claim owns (at boot, what an earlier process
+        left; later, what a lost claim left behind).
 
-        True when it could tell what was left; False when it could not (e.g. the engine could
-        not be listed): then the caller must not free `host`'s fleet leases. A leftover that
-        could not be removed is logged, and does not make it False.
+        True only when every such run is known gone; False when the runner could not tell (the
+        engine could not be listed) or a leftover could not be removed (logged): then the
+        caller must not free `host`'s fleet leases nor hand the claims on, because a slot must
+        never be given away while its run may still go on.
         """
         ...
 

@@ -76,7 +76,7 @@ def test_the_next_start_reaps_what_a_killed_daemon_left(
     assert containers(docker_host, host_label) == [orphan]  # it outlived its daemon
     with daemon(env):
         eventually_sync(lambda: orphan not in containers(docker_host, host_label), 60)
-        # its job stalls back to wait and runs again, in a new container
+        # its job is handed back at boot and runs again, in a new container
         assert wait_state(env, job_id, "active", timeout=60) == "active"
         assert dispatch(env, "cancel", job_id).returncode == 0
         assert wait_state(env, job_id, "cancelled", timeout=60) == "cancelled"

@@ -185,9 +185,8 @@ def test_every_key_argument_is_a_keys_entry(lua: Path) -> None:
 
 def keys_for(lua: Path) -> list[str]:
     """The keys dispatch.queue.keys gives this script, looked up by the names in its header."""
-    family: object = (
-        keyspace.lease_keys("gpu") if lua.stem.startswith("lease_") else keyspace.queue_keys("jobs")
-    )
+    families = {"lease": keyspace.lease_keys("gpu"), "host": keyspace.host_keys("h1")}
+    family: object = families.get(lua.stem.split("_")[0], keyspace.queue_keys("jobs"))
     resolved = []
     for n, name in sorted(declared_names(lua.read_text(), "KEYS").items()):
         value = getattr(family, name, None)

@@ -38,6 +38,7 @@ KEYS = {
         "job_cancel": "wait delayed active done data lock result runs runs_idx",
         "job_cancel_request": "lock cancel",
         "queue_unpause": "paused marker",
+        "job_handback": "active lock wait marker cancel attempts runs",
     }.items()
 }
 
@@ -79,6 +80,9 @@ class Q:
 
     async def cancel(self, job_id, result=b'{"state":"cancelled"}', run_id="r#1", run=b"{}"):
         return await self.call("job_cancel", job_id, result, run_id, run)
+
+    async def handback(self, *pairs):
+        return await self.call("job_handback", *[x for pair in pairs for x in pair])
 
     async def now_ms(self) -> int:
         seconds, micros = await self.redis.time()
@@ -817,6 +821,82 @@ BAD_UNPAUSE = {"empty mark": [""], "no mark": [], "two marks": ["fleet:a1", "fle
 async def test_unpause_bad_input_writes_nothing(q: Q, args) -> None:
     await q.redis.set(q.k.paused, "fleet:a1")
     await assert_bad_input_writes_nothing(q, "queue_unpause", args)
+
+
+# -- job_handback ---------------------------------------------------------------------------
+
+
+async def test_handback_puts_live_claims_at_the_head_counting_nothing(q: Q) -> None:
+    for job_id in ("a", "b", "c"):
+        await q.enqueue(job_id)
+    reply = await q.claim(2, "h", 60_000)
+    (a, a_tok), (b, b_tok) = [(reply[i].decode(), reply[i + 1].decode()) for i in (2, 8)]
+    await q.redis.hset(q.k.cancel, a, 1)
+    await q.redis.delete(q.k.marker)
+    assert await q.handback((a, a_tok), (b, b_tok)) == [[b"a", b"b"], []]
+    assert await q.wait_ids() == ["a", "b", "c"]
+    assert await q.redis.zcard(q.k.active) == 0
+    assert not await q.redis.exists(q.k.lock) and not await q.redis.exists(q.k.cancel)
+    assert await q.redis.zscore(q.k.marker, "w") == 0
+    assert not await q.redis.exists(q.k.stalls) and not await q.redis.exists(q.k.attempts)
+    assert (await q.claim(1))[2:6] == [b"a", b"h:3", 1, 0]  # first attempt, no stall
+
+
+async def test_handback_leaves_claims_whose_lock_moved_on(q: Q) -> None:
+    for job_id in ("a", "b", "c"):
+        await q.enqueue(job_id)
+    a, a_tok = await q.claim_one()
+    b, b_tok = await q.claim_one()
+    await q.finish(["finish", b, b_tok, 0, b"{}", "", ""])
+    await q.redis.delete(q.k.marker)
+    before = await q.snapshot()
+    # a stale token, a finished claim, a job never claimed, an unknown id: nothing to give back
+    assert await q.handback((a, "h:99"), (b, b_tok), ("c", "h:3"), ("x", "h:1")) == [[], []]
+    assert await q.snapshot() == before
+    assert await q.handback((a, a_tok), (a, a_tok)) == [[b"a"], []]  # named twice, pushed once
+    assert await q.wait_ids() == ["a", "c"]
+
+
+async def test_handback_of_an_expired_lock_not_yet_swept(q: Q) -> None:
+    await q.enqueue("a")
+    (a,) = await expired_claims(q, 1)
+    assert await q.handback((a, "h:1")) == [[b"a"], []]
+    assert await q.sweep() == [[], []]  # nothing left to count as a stall
+    assert await q.state("a") == ["wait"]
+
+
+async def test_handback_leaves_a_claim_whose_attempt_was_recorded(q: Q) -> None:
+    for job_id in ("a", "b"):
+        await q.enqueue(job_id)
+    a, a_tok = await q.claim_one()
+    assert await q.finish(["retry", a, a_tok, 60_000, b"{}", "a#1", b'{"n":1}']) == [1]
+    await q.redis.zadd(q.k.delayed, {"a": 0})  # due again: its second attempt
+    tokens = dict([await q.claim_one() for _ in range(2)])
+    (a2, a2_tok), (b, b_tok) = ("a", tokens["a"]), ("b", tokens["b"])
+    # b's first attempt ended and was mirrored, but the daemon died before its finish landed
+    await q.redis.hset(q.k.runs, "b#1", b'{"n":2}')
+    before = await q.snapshot()
+    assert await q.handback((b, b_tok)) == [[], [b"b"]]
+    assert await q.snapshot() == before
+    # a's recorded run was its first attempt: the second has none yet
+    assert await q.handback((a2, a2_tok)) == [[b"a"], []]
+
+
+BAD_HANDBACK = {
+    "no pairs": [],
+    "id without token": ["a"],
+    "odd count": ["a", "h:1", "b"],
+    "empty id": ["", "h:1"],
+    "empty token": ["a", ""],
+    "empty token later": ["a", "h:1", "b", ""],
+}
+
+
+@pytest.mark.parametrize("args", BAD_HANDBACK.values(), ids=BAD_HANDBACK.keys())
+async def test_handback_bad_input_writes_nothing(q: Q, args) -> None:
+    await q.enqueue("a")
+    assert await q.claim_one() == ("a", "h:1")
+    await assert_bad_input_writes_nothing(q, "job_handback", args)
 
 
 # -- NaN slips past the numeric checks (Redis' Lua tonumber("nan") is a number) --------------

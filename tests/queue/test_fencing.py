@@ -136,3 +136,20 @@ async def test_finish_and_claim_refuses_stale_and_still_claims(queue: Queue) -> 
     )
     assert ended == [True, False] and batch.claims == []
     assert await queue.redis.zscore(queue.keys.done, "a") is not None
+
+
+async def test_a_host_finds_its_claims_and_hands_back_only_current_ones(queue: Queue) -> None:
+    await queue.enqueue([NewJob(i, b"{}") for i in ("a", "b", "c")])
+    mine = await claim_one(queue, host="h1")
+    await claim_one(queue, host="h10")  # a name that h1 is a prefix of is another host
+    stale = await claim_one(queue, lock_ms=1, host="h1")
+    await sweep_until_requeued(queue, stale.id)
+    again = await claim_one(queue, host="h2")
+    assert again.id == stale.id
+    assert await queue.claims_of("h1") == [(mine.id, mine.token)]
+    handed = await queue.hand_back([(mine.id, mine.token), (stale.id, stale.token)])
+    assert handed == ([mine.id], [])
+    assert await queue.claims_of("h1") == []
+    assert await queue.hand_back([]) == ([], [])
+    (back,) = (await queue.claim(1, "h3", 60_000)).claims
+    assert (back.id, back.attempt, back.stalls) == (mine.id, 1, 0)

@@ -5,7 +5,8 @@ Modes:
   blackhole  read requests and answer nothing, as a frozen or partitioned server does;
   refuse     close every connection and refuse new ones, as a server that is down;
   error      answer every command with one error reply (READONLY, OOM, BUSY, LOADING...),
-             as a server in failover, out of memory or busy with a script.
+             as a server in failover, out of memory or busy with a script;
+  deaf       forward requests but drop every reply: the command runs, its answer is lost.
 
 It runs on a loop of its own in a thread, so real daemon processes and the test's own
 clients can both go through it. Requests are parsed as RESP arrays, so a pipeline of n
@@ -59,7 +60,7 @@ class RedisProxy:
         """Switch. A fault also cuts the connections open now, so no reply of the old mode
         can arrive after one of the new (clients reconnect, as after a real failover)."""
         self.mode, self.error = mode, error
-        if mode != "pass":
+        if mode not in ("pass", "deaf"):  # deaf keeps connections: a timeout ends each one
             self._call(self._close_all(listen=mode != "refuse"))
         elif self._server is None:
             self._call(self._listen())
@@ -114,7 +115,7 @@ class RedisProxy:
             request = await _read_request(reader)
             if request is None:
                 return
-            if self.mode == "pass":
+            if self.mode in ("pass", "deaf"):
                 up.write(request)
             elif self.mode == "error":
                 writer.write(self.error)
@@ -123,7 +124,8 @@ class RedisProxy:
     async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.CancelledError):
             while data := await reader.read(65536):
-                writer.write(data)
+                if self.mode != "deaf":
+                    writer.write(data)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> bytes | None:

@@ -1,4 +1,5 @@
-"""The boot reaper: at daemon start, clear away this host's containers that nobody owns.
+"""The reaper: clear away this host's containers that nobody owns, at daemon start (what a
+predecessor left) and then every minute (what a lost claim left; `dispatch/daemon/boot.py`).
 
 A daemon that died mid-job (SIGKILL, power loss) leaves its containers running or exited.
 At the next start, before this host's fleet claims are freed, `reap` lists every container
@@ -8,7 +9,8 @@ concurrently, each logged `container_reaped`. A container without a job label is
 it carries our host label, so we made it, and no claim can own it.
 
 If the engine cannot be listed the report says so (`listed=False`) and nothing counts as
-reaped: the caller must then not free claims on the belief that their containers are gone.
+reaped; a container that could not be removed is in `failed`. Either way the caller must not
+free claims on the belief that their containers are gone (`DockerRunner.reap` answers False).
 """
 
 from __future__ import annotations

@@ -257,9 +257,10 @@ class DockerRunner(Runner):
         return ""
 
     async def reap(self, host: str, is_live: IsLive) -> bool:
-        """Stop and remove `host`'s containers that no live claim owns; False if unlisted."""
+        """Stop and remove `host`'s containers that no live claim owns; False unless every one
+        of them is known gone (unlisted, or one could not be removed)."""
         report = await reap(self.client, host, is_live)
-        return report.listed
+        return report.listed and not report.failed
 
     async def settle(self) -> None:
         """Wait for removals left running by cancelled runs."""

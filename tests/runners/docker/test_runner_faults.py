@@ -129,3 +129,13 @@ async def test_reap_cannot_tell_when_the_engine_cannot_be_listed() -> None:
     engine = FakeEngine()
     engine.on("GET", "/containers/json", fail(httpx.ConnectError))
     assert not await _runner(engine).reap("h1", lambda job, fence: False)
+
+
+async def test_reap_is_not_done_while_a_leftover_could_not_be_removed() -> None:
+    engine = FakeEngine()
+    left = [{"Id": "c1", "Names": ["/dispatch-job-j1"], "State": "exited", "Labels": {}}]
+    engine.on("GET", "/containers/json", reply(200, left))
+    engine.on("DELETE", "/containers/c1", reply(500, {"message": "device or resource busy"}))
+    # listed, but its container may still hold what the job held: the leases must stay
+    assert not await _runner(engine).reap("h1", lambda job, fence: False)
+    assert engine.calls()[-1] == ("DELETE", f"/v{API}/containers/c1")

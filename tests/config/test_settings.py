@@ -1,0 +1,19 @@
+"""Settings from the environment: the reconcile period."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatch.config.settings import from_env
+from dispatch.errors import ConfigError
+
+
+def test_the_reconcile_runs_every_minute_unless_told_otherwise() -> None:
+    assert from_env({}).reconcile_s == 60
+    assert from_env({"DISPATCH_RECONCILE_EVERY": "5m"}).reconcile_s == 300
+
+
+@pytest.mark.parametrize("raw", ["500ms", "0", "soon"])
+def test_a_reconcile_period_under_a_second_or_unreadable_is_refused(raw: str) -> None:
+    with pytest.raises(ConfigError, match="DISPATCH_RECONCILE_EVERY"):
+        from_env({"DISPATCH_RECONCILE_EVERY": raw})
