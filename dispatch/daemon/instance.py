@@ -142,8 +142,11 @@ def _lock(fd: int, state_dir: Path, host: str) -> Holder:
         since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         place=f"{machine}:{_boot_id()}:{st.st_dev}:{st.st_ino}",
     )
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, msgspec.json.encode(holder) + b"\n", 0)
+    try:  # who holds it, for a second daemon's refusal; the flock alone is the lock
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, msgspec.json.encode(holder) + b"\n", 0)
+    except OSError as exc:  # a full disk must not keep the daemon from starting
+        event("state_lock_note_failed", error=exc.strerror or str(exc))
     return holder
 
 

@@ -8,7 +8,6 @@ retried, and nothing is claimed.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 import uuid
@@ -22,7 +21,7 @@ from dispatch.queue.keys import queue_keys
 from dispatch.queue.transitions import NewJob, Queue
 from dispatch.runners.docker import DockerClient
 from dispatch.runners.docker.labels import LABEL_FENCE, LABEL_HOST, LABEL_JOB
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, dispatch_json, wait_state
 from tests.support.polling import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -150,20 +149,6 @@ def test_the_reconcile_removes_an_orphan_and_keeps_a_running_job(
         run(_remove(docker_host, host_label))
 
 
-class Lines:
-    """A running daemon's stderr, read as it comes without blocking the test."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        os.set_blocking(stream.fileno(), False)
-        self.text = ""
-
-    def count(self, needle: str) -> int:
-        chunk = self.stream.read()
-        self.text += chunk.decode() if chunk else ""
-        return self.text.count(needle)
-
-
 def test_nothing_is_claimed_until_the_boot_could_reap(
     env: dict[str, str], docker_host: str, tmp_path: Path
 ) -> None:
@@ -172,10 +157,8 @@ def test_nothing_is_claimed_until_the_boot_could_reap(
     engine = tmp_path / "engine.sock"  # no engine there yet: the boot cannot list containers
     away = {**env, "DOCKER_HOST": f"unix://{engine}"}
     job_id = dispatch(away, "submit", "--", "true").stdout.strip()
-    with daemon(away) as proc:
-        assert proc.stderr is not None
-        log = Lines(proc.stderr)
-        eventually_sync(lambda: log.count('"boot_retry"') >= 2, 30)
+    with daemon(away):
+        eventually_sync(lambda: daemon_log(away).count('"boot_retry"') >= 2, 30)
         assert wait_state(away, job_id, "waiting") == "waiting"  # retried, never claimed
         engine.symlink_to(docker_host.removeprefix("unix://"))  # the engine is back
         assert wait_state(away, job_id, "completed", "failed", timeout=60) == "completed"

@@ -10,7 +10,6 @@ whose claim never ended would be swept back and run again once its lock lapsed (
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,14 @@ import pytest
 
 from dispatch.model import RunRecord
 from dispatch.records.disk_log import RecordLog, encode
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import (
+    cli_env,
+    daemon,
+    dispatch,
+    dispatch_json,
+    stopped_log,
+    wait_state,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -56,14 +62,6 @@ def submit(env: dict[str, str], marker: Path) -> str:
     return done.stdout.strip()
 
 
-def stopped_log(proc: subprocess.Popen[bytes]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    assert proc.stderr is not None
-    log = proc.stderr.read().decode(errors="replace")
-    proc.wait(timeout=40)
-    return log
-
-
 def test_a_run_log_that_cannot_be_written_never_keeps_a_job_from_ending(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -77,7 +75,7 @@ def test_a_run_log_that_cannot_be_written_never_keeps_a_job_from_ending(
         second = submit(env, marker)  # the lane goes on
         assert wait_state(env, second, "completed", "failed") == "completed"
         assert proc.poll() is None
-        log = stopped_log(proc)
+        log = stopped_log(proc, env)
     assert marker.read_text() == "run\nrun\n"  # each ran once
     assert sorted(r["id"] for r in dispatch_json(env, "runs")) == sorted([first, second])
     assert log.count('"event":"run_log_write_failed"') == 1  # once per streak
@@ -98,7 +96,7 @@ def test_a_full_state_dir_loses_records_and_output_not_jobs(
         second = submit(env, marker)
         assert wait_state(env, second, "completed", "failed") == "completed"
         assert proc.poll() is None
-        log = stopped_log(proc)
+        log = stopped_log(proc, env)
     assert marker.read_text() == "run\nrun\n"
     assert '"event":"run_log_write_recovered"' in log
     local = RecordLog(small_disk)

@@ -14,15 +14,20 @@ not count as done: the attempt ends infra `engine-restarted` and the job runs ag
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import (
+    cli_env,
+    daemon,
+    dispatch,
+    dispatch_json,
+    stopped_log,
+    wait_state,
+)
 from tests.support.docker import IMAGE
 from tests.support.dockerd import PrivateEngine, missing_tools
 from tests.support.polling import eventually_sync
@@ -72,7 +77,7 @@ def env(
         DISPATCH_HOST=host_label,
         DISPATCH_IMAGE=IMAGE,
         DISPATCH_ALLOWED_ROOTS=str(tmp_path),
-        DISPATCH_LOCK_MS="3000",
+        DISPATCH_LOCK_MS="4500",  # 3 x (stop grace + renewal period)
         DISPATCH_SHUTDOWN_GRACE="1s",
         DISPATCH_STOP_GRACE="1s",
     )
@@ -96,15 +101,6 @@ def wait_output(path: Path, text: bytes) -> None:
     eventually_sync(lambda: path.exists() and text in path.read_bytes(), 60)
 
 
-def stopped_log(proc: subprocess.Popen[bytes]) -> str:
-    """Stop the daemon and return what it logged."""
-    proc.send_signal(signal.SIGTERM)
-    assert proc.stderr is not None
-    log = proc.stderr.read().decode(errors="replace")
-    proc.wait(timeout=40)
-    return log
-
-
 def runs(env: dict[str, str]) -> list[tuple[int, str, str]]:
     return sorted(
         (r["attempt"], r["outcome"], r.get("reason", "")) for r in dispatch_json(env, "runs")
@@ -121,7 +117,7 @@ def test_with_live_restore_the_run_is_readopted_and_recorded_once(
         engine.restart(live_restore=True)
         (folder / "go").touch()
         assert wait_state(env, job_id, "completed", "failed", timeout=60) == "completed"
-        log = stopped_log(proc)
+        log = stopped_log(proc, env)
     assert "container_readopted" in log
     assert runs(env) == [(1, "completed", "")]
     assert (folder / "marker").read_text() == "ran\n"  # it ran once

@@ -10,6 +10,7 @@ infra path instead.
 from __future__ import annotations
 
 import os
+import time
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import (
+    cli_env,
+    daemon,
+    daemon_log,
+    dispatch,
+    dispatch_json,
+    wait_state,
+)
 from tests.support.polling import eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -40,7 +48,7 @@ def engine_env(
         DISPATCH_RUNNER="docker",
         DOCKER_HOST=f"unix://{link}",
         DISPATCH_IMAGE=image,
-        DISPATCH_LOCK_MS="3000",
+        DISPATCH_LOCK_MS="4500",  # 3 x (stop grace + renewal period)
         DISPATCH_SHUTDOWN_GRACE="1s",
         DISPATCH_STOP_GRACE="1s",
         **extra,
@@ -59,11 +67,23 @@ def held_and_rechecked(env: dict[str, str], job_id: str) -> Any:
     return view if view["state"] == "delayed" and again else None
 
 
+def engine_goes_away_after_boot(env: dict[str, str], link: Path, docker_host: str) -> None:
+    """A daemon claims nothing until its boot has reaped with the engine, so the engine is there
+    for the boot and goes away once the daemon serves."""
+    os.symlink(docker_host.removeprefix("unix://"), link)
+    eventually_sync(lambda: '"worker_started"' in daemon_log(env), 30)
+    link.unlink()
+    # A pooled connection outlives the link: let it pass httpx's 5 s keep-alive expiry, idle,
+    # so the next engine call needs a new connection and finds no engine.
+    time.sleep(6)
+
+
 def test_a_job_waits_for_the_engine_and_runs_once_it_answers(
     redis_url: str, prefix: str, tmp_path: Path, link: Path, docker_host: str, image: str
 ) -> None:
     env = engine_env(redis_url, prefix, tmp_path / "state", link, image)
     with daemon(env):
+        engine_goes_away_after_boot(env, link, docker_host)
         job_id = dispatch(env, "submit", "--attempts", "1", "--", "echo", "hi").stdout.strip()
         view = eventually_sync(lambda: held_and_rechecked(env, job_id), 30)
         assert (view["reason"], view["attempt"]) == ("engine-unavailable", 1)
@@ -78,12 +98,13 @@ def test_a_job_waits_for_the_engine_and_runs_once_it_answers(
 
 
 def test_past_the_wait_bound_the_job_takes_the_infra_path(
-    redis_url: str, prefix: str, tmp_path: Path, link: Path
+    redis_url: str, prefix: str, tmp_path: Path, link: Path, docker_host: str
 ) -> None:
     env = engine_env(
         redis_url, prefix, tmp_path / "state", link, "any:1", DISPATCH_ENGINE_WAIT_MAX="3s"
     )
     with daemon(env):
+        engine_goes_away_after_boot(env, link, docker_host)
         job_id = dispatch(env, "submit", "--attempts", "1", "--", "true").stdout.strip()
         assert wait_state(env, job_id, "failed", "completed", timeout=60) == "failed"
     view = why(env, job_id)

@@ -23,7 +23,7 @@ import redis as sync_redis
 from dispatch.queue.keys import host_keys
 from dispatch.runners.docker import DockerClient
 from dispatch.runners.docker.labels import LABEL_HOST
-from tests.support.daemons import cli_env, daemon, dispatch, wait_state
+from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, wait_state
 from tests.support.polling import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -129,8 +129,7 @@ def test_a_daemon_whose_host_name_was_taken_over_exits(env_of, owner_of):
             eventually_sync(lambda: held_by(owner_of, "h1", second), 20)
             first.send_signal(signal.SIGCONT)
             assert first.wait(timeout=30) == 1
-            assert first.stderr is not None
-            last = first.stderr.read().decode().strip().splitlines()[-1]
+            last = daemon_log(env_of("s1", "h1")).strip().splitlines()[-1]
             assert last.startswith(
                 f"dispatch: host name h1 was taken over by another daemon (pid {second.pid} "
             )

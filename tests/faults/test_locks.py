@@ -150,7 +150,9 @@ def _alive(pid: int) -> bool:
 def test_a_lock_too_short_for_the_grace_is_refused_with_one_line(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    env = cli_env(redis_url, prefix, tmp_path / "s", DISPATCH_LOCK_MS="3000")
+    env = cli_env(
+        redis_url, prefix, tmp_path / "s", DISPATCH_LOCK_MS="3000", DISPATCH_STOP_GRACE="10s"
+    )
     done = dispatch(env, "worker")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "DISPATCH_LOCK_MS" in done.stderr

@@ -847,7 +847,7 @@ async def test_handback_leaves_claims_whose_lock_moved_on(q: Q) -> None:
         await q.enqueue(job_id)
     a, a_tok = await q.claim_one()
     b, b_tok = await q.claim_one()
-    await q.finish(["finish", b, b_tok, 0, b"{}", "", ""])
+    await q.finish(["finish", b, b_tok, 0, b"{}", "", "", ""])
     await q.redis.delete(q.k.marker)
     before = await q.snapshot()
     # a stale token, a finished claim, a job never claimed, an unknown id: nothing to give back
@@ -869,7 +869,7 @@ async def test_handback_leaves_a_claim_whose_attempt_was_recorded(q: Q) -> None:
     for job_id in ("a", "b"):
         await q.enqueue(job_id)
     a, a_tok = await q.claim_one()
-    assert await q.finish(["retry", a, a_tok, 60_000, b"{}", "a#1", b'{"n":1}']) == [1]
+    assert await q.finish(["retry", a, a_tok, 60_000, b"{}", "a#1", b'{"n":1}', ""]) == [1]
     await q.redis.zadd(q.k.delayed, {"a": 0})  # due again: its second attempt
     tokens = dict([await q.claim_one() for _ in range(2)])
     (a2, a2_tok), (b, b_tok) = ("a", tokens["a"]), ("b", tokens["b"])

@@ -25,6 +25,9 @@ def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> di
         DISPATCH_STATE_DIR=str(state),
         DISPATCH_CONFIG_DIR=str(state / "config"),  # never the operator's own config
         DISPATCH_RUNNER="process",
+        # quick stops and renewals, so a short DISPATCH_LOCK_MS (3 s) passes its floor
+        DISPATCH_STOP_GRACE="0.5s",
+        DISPATCH_RENEW_EVERY="0.5s",
     )
     if redis_url:
         env["DISPATCH_REDIS_URL"] = redis_url
@@ -55,11 +58,9 @@ def dispatch_json(env: dict[str, str], *args: str, program: Sequence[str] = SOUR
 def daemon(
     env: dict[str, str], command: str = "worker", program: Sequence[str] = SOURCE
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A daemon process; its log goes to `daemon.log` in its state dir (a pipe nobody reads
-    would fill and block the daemon)."""
-    state = Path(env["DISPATCH_STATE_DIR"])
-    state.mkdir(parents=True, exist_ok=True)
-    with open(state / "daemon.log", "ab") as log:
+    """A daemon process; its log goes to `log_path(env)` (a pipe nobody reads would fill and
+    block the daemon)."""
+    with open(log_path(env), "ab") as log:
         proc = subprocess.Popen([*program, command], env=env, stdout=log, stderr=log)
     try:
         yield proc
@@ -71,6 +72,25 @@ def daemon(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def log_path(env: dict[str, str]) -> Path:
+    """Beside the state dir, not in it: a test may fill the state dir's disk."""
+    state = Path(env["DISPATCH_STATE_DIR"])
+    state.parent.mkdir(parents=True, exist_ok=True)
+    return state.with_name(state.name + ".daemon.log")
+
+
+def daemon_log(env: dict[str, str]) -> str:
+    path = log_path(env)
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def stopped_log(proc: subprocess.Popen[bytes], env: dict[str, str]) -> str:
+    """Stop the daemon and return what it logged."""
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=40)
+    return daemon_log(env)
 
 
 def state_of(env: dict[str, str], job_id: str, program: Sequence[str] = SOURCE) -> str:
