@@ -7,7 +7,8 @@
     │   ├── LockLost           the claim's lock token no longer matches
     │   ├── NotFound           no such job
     │   └── Conflict           the job is not in a state the transition allows
-    ├── RedisUnavailable       Redis could not be reached
+    ├── RedisUnavailable       a Redis call failed: an error reply, a timeout, no connection
+    │   └── RedisUnreachable   no connection at all (refused, reset, closed): Redis is away
     └── DockerError            the Docker engine said no (see dispatch.runners.docker.errors)
 
 Foreign errors (redis-py, httpx, OSError) are translated where they enter, so callers above
@@ -46,6 +47,10 @@ class Conflict(ScriptError):
 
 
 class RedisUnavailable(DispatchError):
+    pass
+
+
+class RedisUnreachable(RedisUnavailable):
     pass
 
 
