@@ -56,6 +56,7 @@ SCOPE_REPO: Final = "scope-repo"
 SCOPE_PROJECT: Final = "scope-project"
 ENDPOINT: Final = "endpoint"
 HOST_BUDGET: Final = "host-budget"
+REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 
 # -- refusals -------------------------------------------------------------------------------
@@ -162,6 +163,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "host budget",
         "the running jobs leave too little memory or CPU of this host's job budget",
     ),
+    _defer(
+        REDIS_UNAVAILABLE,
+        "processor",
+        "Redis failed a call while the job's gates were checked (an error reply such as READONLY "
+        "or OOM, no answer in time, or no connection); every hold was given back, and it is "
+        "looked at again soon, spending no attempt",
+    ),
     _defer(RETRY, "processor", "an infrastructure failure ended the last attempt; it runs again"),
     _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
     _refusal(
@@ -212,7 +220,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "worker",
         "this host lost the job's lock, so another pickup may own it; the run was stopped",
     ),
-    _abort(LEASE_LOST, "fleet lease", "a fleet lease the job held lapsed; the run was stopped"),
+    _abort(
+        LEASE_LOST,
+        "fleet lease",
+        "a fleet lease the job held lapsed, so another host may hold its slot; the run was "
+        "stopped, and it waits for a pickup, spending no attempt",
+    ),
     _abort(
         SHUTDOWN,
         "worker",

@@ -4,6 +4,14 @@ claim ends. It sequences; each decision lives in a gate, each run in the runner.
 Every hold a gate takes is given back in reverse order on every exit (defer, refuse, success,
 error, cancellation). A deferral spends no attempt; a refusal is a recorded policy outcome;
 only infrastructure failures retry, with exponential backoff.
+
+Faults are not the job's doing, so none fails it or spends its attempt. A Redis fault in any
+gate (an error reply such as READONLY, OOM, BUSY, LOADING or MASTERDOWN, a timeout, a lost
+connection) defers the job `redis-unavailable`, 2 s doubling to 16 s while pickups keep meeting
+faults. A run stopped because its host shut down or a fleet lease lapsed is handed back the
+same way (`shutdown`, `lease-lost`). Any other exception is a bug: the worker fails the job
+`internal-error` through `crashed`, whose record names only the exception's type (its message
+may hold a host path; the log has it all).
 """
 
 from __future__ import annotations
@@ -15,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from redis.exceptions import RedisError
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
-from dispatch.errors import InvalidJob
+from dispatch.errors import InvalidJob, RedisUnavailable
 from dispatch.gates.base import (
     ADMIT,
     NEWER_RELEASE_DELAY_MS,
@@ -29,6 +38,7 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
     Settled,
+    redis_fault_delay_ms,
 )
 from dispatch.log import event
 from dispatch.model import (
@@ -44,6 +54,7 @@ from dispatch.model import (
     iso,
     peek_version,
 )
+from dispatch.queue.faults import cause
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
     ABORT_UNCONFIRMED,
@@ -54,9 +65,11 @@ from dispatch.reasons import (
     INTERNAL_ERROR,
     INVALID_JOB,
     JOB_TIMEOUT,
+    LEASE_LOST,
     LOCK_LOST,
     NEWER_RELEASE,
     POLICY,
+    REDIS_UNAVAILABLE,
     RETRY,
     SHUTDOWN,
     Outcome,
@@ -65,6 +78,11 @@ from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
 
 SHUTDOWN_DELAY_MS = 1_000
+LEASE_LOST_DELAY_MS = 1_500
+# aborts that hand the job back (a defer: no attempt spent), and when it is looked at again
+_HANDED_BACK = {SHUTDOWN: SHUTDOWN_DELAY_MS, LEASE_LOST: LEASE_LOST_DELAY_MS}
+# what a gate's call to Redis can raise: ours (translated at the boundary) and redis-py's own
+_REDIS_FAULTS = (RedisUnavailable, RedisError)
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,7 @@ class Processor:
         self.clock = clock or SystemClock()
         self.config = config or ConfigSnapshot
         self.mirror = mirror
+        self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         version = peek_version(claim.data)
@@ -137,11 +156,24 @@ class Processor:
                 lingering.add_done_callback(lambda _: _spawn(pickup.release()))
 
     async def _gates(self, pickup: Pickup) -> Decision:
-        for gate in self.gates:
-            decision = await gate.check(pickup)
-            if not isinstance(decision, Admit):
-                return decision
-        return ADMIT
+        decision: Decision = ADMIT
+        name = ""
+        try:
+            for gate in self.gates:
+                name = gate.name
+                decision = await gate.check(pickup)
+                if not isinstance(decision, Admit):
+                    break
+        except _REDIS_FAULTS as exc:  # Redis failed, not the job: give all back, look again
+            return self._redis_fault(pickup, name, exc)
+        self._faults_in_a_row = 0
+        return decision
+
+    def _redis_fault(self, pickup: Pickup, gate: str, exc: Exception) -> Defer:
+        self._faults_in_a_row += 1
+        delay = redis_fault_delay_ms(self._faults_in_a_row)
+        event("gate_redis_fault", job=pickup.claim.id, gate=gate, error=str(exc), delay_ms=delay)
+        return Defer(delay, REDIS_UNAVAILABLE, detail=f"{gate} gate: {cause(exc)}")
 
     async def _run(self, pickup: Pickup) -> Ending:
         claim, job, signal = pickup.claim, pickup.job, pickup.signal
@@ -165,6 +197,9 @@ class Processor:
             timer.cancel()
         ending = self._ending(claim, job, result, signal.reason)
         ending.lingering = lingering
+        degraded = pickup.degraded()
+        if ending.record is not None and degraded:  # the fleet bound was not checked: say so
+            ending.record = msgspec.structs.replace(ending.record, degraded=degraded)
         if ending.record is not None and result.started:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
@@ -219,8 +254,9 @@ class Processor:
     def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
         outcome, reason = classify(result, abort_reason)
         record = self._record(claim, job, result, outcome, reason)
-        if abort_reason == SHUTDOWN:
-            return self._defer(claim, Defer(SHUTDOWN_DELAY_MS, SHUTDOWN), job, record)
+        if abort_reason in _HANDED_BACK:  # stopped by a fault around it: no attempt spent
+            back = Defer(_HANDED_BACK[abort_reason], abort_reason)
+            return self._defer(claim, back, job, record)
         return self._ending_for(claim, job, result, outcome, reason, record)
 
     def _ending_for(
@@ -272,6 +308,7 @@ class Processor:
             container=result.container,
             output=result.output,
             kill=result.kill,
+            claim=claim.token,
         )
 
     def _defer(
@@ -312,6 +349,7 @@ class Processor:
             queued_at=iso(claim.queued_ms),
             ended_at=iso(now),
             target=job.target() if job else "",
+            claim=claim.token,
         )
         res = Result(
             state="failed",
@@ -324,10 +362,9 @@ class Processor:
         return Ending("finish", encoder.encode(res), record=record)
 
     def crashed(self, claim: Claim, exc: BaseException) -> Ending:
-        """A bug fails the job for good, with the error recorded."""
-        return self._refuse(
-            claim, None, Refuse(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), FAILED
-        )
+        """A bug fails the job for good. The record names the exception's type only: its text
+        may hold a host path, and records are read fleet-wide (the worker logs it whole)."""
+        return self._refuse(claim, None, Refuse(INTERNAL_ERROR, type(exc).__name__), FAILED)
 
 
 _background: set[asyncio.Task[None]] = set()

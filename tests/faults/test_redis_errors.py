@@ -7,13 +7,31 @@ then the gates through the processor, then a real daemon process.
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import anyio
+import msgspec
 import pytest
 
+from dispatch.clock import SystemClock
+from dispatch.config.settings import Settings
+from dispatch.config.watcher import ConfigFiles
+from dispatch.daemon.assembly import gated_processor
+from dispatch.daemon.processor import Processor
 from dispatch.errors import RedisUnavailable, RedisUnreachable
 from dispatch.fleet.leases import FleetLeases, LeaseSettings, holders
+from dispatch.gates.base import REDIS_FAULT_DELAY_MS
+from dispatch.gates.scope import ScopeGate
+from dispatch.model import DeferRecord, Job, encode_job
 from dispatch.queue.keys import lease_keys
 from dispatch.queue.scripts import script
+from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
+from dispatch.reasons import REDIS_UNAVAILABLE
+from dispatch.runners.base import AbortSignal
+from dispatch.runners.process import ProcessRunner
 from tests.support.polling import eventually
 from tests.support.redis_errors import ERROR_REPLIES, answering_errors
 
@@ -48,6 +66,7 @@ async def test_the_renewer_goes_on_through_error_replies(redis, proxied, proxy, 
             with anyio.fail_after(10):
                 await lease.lost.wait()
         # the renewer ended alone: this body (the daemon's, in assembly) was not cancelled
+        await leases.release(lease)  # as the processor does once the run has stopped
         again = await leases.acquire("gpu", slots=1)
         assert again is not None and not again.degraded
         await leases.release(again)
@@ -122,3 +141,131 @@ async def test_a_degraded_grant_redis_never_saw_stays_degraded(redis, proxied, p
         assert lease.degraded and not lease.lost.is_set()
         assert await holders(redis, lease_keys("gpu", prefix)) == {}
         await leases.release(lease)
+
+
+# -- gates, through the processor -------------------------------------------------------------
+
+REPO_LEASE = "scope:repo:acme/web"
+
+
+def settings_for(tmp_path: Path, prefix: str, url: str) -> Settings:
+    """A host whose repo acme/web runs one job at a time fleet-wide: the scope gate takes a
+    fleet lease, so it talks to Redis."""
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    limits = {"version": 1, "limits": [{"scope": "acme/web", "concurrent": 1}]}
+    (config / "scoped-limits.json").write_text(json.dumps(limits))
+    return Settings(
+        redis_url=url,
+        embedded=False,
+        prefix=prefix,
+        host="h1",
+        state_dir=tmp_path / "state",
+        config_dir=config,
+        runner="process",
+    )
+
+
+@contextlib.asynccontextmanager
+async def real_gates(settings: Settings, client) -> AsyncIterator[Processor]:
+    """The daemon's own processor and gate pipeline (assembly), on `client`."""
+    files = ConfigFiles(settings.config_dir, SystemClock())
+    async with gated_processor(settings, client, ProcessRunner(), files) as processor:
+        yield processor
+
+
+async def claimed(redis, prefix: str, job: Job) -> tuple[Queue, Claim]:
+    queue = Queue(redis, job.queue, prefix)
+    await queue.enqueue([NewJob(job.id, encode_job(job))])
+    (claim,) = (await queue.claim(1, "h1", 30_000)).claims
+    return queue, claim
+
+
+def web_job(job_id: str) -> Job:
+    return Job(id=job_id, kind="forge", repo="acme/web", command=["true"])
+
+
+def repo_slots(processor: Processor) -> list[str]:
+    scope = next(g for g in processor.gates if isinstance(g, ScopeGate))
+    return scope.slots.owners("repo:acme/web")
+
+
+async def finish(queue: Queue, claim: Claim, ending) -> list[bool]:
+    """What the worker's flush sends once Redis answers again."""
+    item = Finish(ending.action, claim.id, claim.token, ending.payload, ending.delay_ms)
+    return await queue.finish([item])
+
+
+@pytest.mark.parametrize("reply", ERROR_REPLIES)
+async def test_an_error_reply_in_a_gate_defers_the_job_with_nothing_held(
+    redis, proxied, proxy, prefix, tmp_path, events, reply
+) -> None:
+    queue, claim = await claimed(redis, prefix, web_job("j1"))
+    async with real_gates(settings_for(tmp_path, prefix, proxy.url), proxied) as processor:
+        with proxy.fault("error", ERROR_REPLIES[reply]):
+            await answering_errors(proxied)
+            ending = await processor.process(claim, AbortSignal())
+        assert repo_slots(processor) == []
+    assert (ending.action, ending.delay_ms, ending.record) == ("defer", REDIS_FAULT_DELAY_MS, None)
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert deferred.reason == REDIS_UNAVAILABLE and deferred.detail.startswith("scope gate: ")
+    assert [e["gate"] for e in events("gate_redis_fault")] == ["scope"]
+    assert await finish(queue, claim, ending) == [True]
+    assert await redis.zscore(queue.keys.delayed, "j1") is not None
+    assert await redis.hget(queue.keys.attempts, "j1") is None  # no attempt spent
+    assert await holders(redis, lease_keys(REPO_LEASE, prefix)) == {}
+
+
+async def test_a_slow_redis_in_a_gate_defers_too(redis, proxied, proxy, prefix, tmp_path):
+    _, claim = await claimed(redis, prefix, web_job("j1"))
+    async with real_gates(settings_for(tmp_path, prefix, proxy.url), proxied) as processor:
+        with proxy.fault("blackhole"):
+            ending = await processor.process(claim, AbortSignal())
+        assert repo_slots(processor) == []
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert (ending.action, deferred.reason) == ("defer", REDIS_UNAVAILABLE)
+
+
+async def test_a_settled_record_that_cannot_be_read_defers(redis, proxied, proxy, prefix, tmp_path):
+    _, claim = await claimed(redis, prefix, web_job("j1"))
+    stalled = Claim(claim.queue, claim.id, claim.token, claim.attempt, 1, 0, claim.data)
+    async with real_gates(settings_for(tmp_path, prefix, proxy.url), proxied) as processor:
+        with proxy.fault("error", ERROR_REPLIES["LOADING"]):
+            await answering_errors(proxied)
+            ending = await processor.process(stalled, AbortSignal())
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert (deferred.reason, deferred.detail) == (
+        REDIS_UNAVAILABLE,
+        "settled gate: BusyLoadingError",
+    )
+
+
+async def test_faults_in_a_row_back_off_and_a_clean_pickup_resets(
+    redis, proxied, proxy, prefix, tmp_path
+) -> None:
+    async with real_gates(settings_for(tmp_path, prefix, proxy.url), proxied) as processor:
+        delays = []
+        for n in range(5):
+            _, claim = await claimed(redis, prefix, web_job(f"j{n}"))
+            with proxy.fault("error", ERROR_REPLIES["OOM"]):
+                await answering_errors(proxied)
+                delays.append((await processor.process(claim, AbortSignal())).delay_ms)
+        assert delays == [2_000, 4_000, 8_000, 16_000, 16_000]
+        _, claim = await claimed(redis, prefix, web_job("ok"))
+        assert (await processor.process(claim, AbortSignal())).action == "finish"
+        _, claim = await claimed(redis, prefix, web_job("j9"))
+        with proxy.fault("error", ERROR_REPLIES["OOM"]):
+            await answering_errors(proxied)
+            assert (await processor.process(claim, AbortSignal())).delay_ms == 2_000
+
+
+async def test_a_run_on_a_degraded_lease_says_so_in_its_record(
+    redis, proxied, proxy, prefix, tmp_path, events
+) -> None:
+    _, claim = await claimed(redis, prefix, web_job("j1"))
+    async with real_gates(settings_for(tmp_path, prefix, proxy.url), proxied) as processor:
+        with proxy.fault("refuse"):  # Redis is away: the repo's fleet lease fails open
+            ending = await processor.process(claim, AbortSignal())
+    assert ending.action == "finish" and ending.record is not None
+    assert (ending.record.outcome, ending.record.degraded) == ("completed", (REPO_LEASE,))
+    assert [e["lease"] for e in events("lease_granted_degraded")] == [REPO_LEASE]
