@@ -21,8 +21,9 @@ from dispatch.config.schemas import Project
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
-from dispatch.model import DeferRecord, Job, Result, RunRecord, Size
-from dispatch.reasons import DIRTY_TREE, INTERNAL_ERROR, LEASE_LOST, REDIS_UNAVAILABLE
+from dispatch.model import DeferRecord, Job, Result, RunRecord, Size, encode_job
+from dispatch.queue.transitions import Claim
+from dispatch.reasons import DIRTY_TREE, INTERNAL_ERROR, LEASE_LOST, LOCK_LOST, REDIS_UNAVAILABLE
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
 from tests.support.pickups import claim_of
@@ -275,3 +276,22 @@ async def test_a_record_names_the_claim_that_wrote_it(tmp_path: Path) -> None:
     claim = claim_of(Job(id="j10", command=["true"]))
     ending = await processor(Runner(), [], tmp_path).process(claim, AbortSignal())
     assert ending.record is not None and ending.record.claim == claim.token
+
+
+async def test_a_stalled_attempt_whose_record_is_of_a_stopped_run_runs_again(
+    redis, prefix, tmp_path: Path
+) -> None:
+    mirror = RunMirror(redis, prefix)
+    job = Job(id="j11", command=["true"], attempts=1)
+    stopped = RunRecord(
+        id="j11", attempt=1, host="gone", queue="jobs", outcome="infra", reason=LOCK_LOST,
+        exit_code=143, started_at="2026-01-01T00:00:00.000Z", claim="gone:1",
+    )  # fmt: skip
+    await mirror.put("jobs", stopped, 1)
+    runner = Runner()
+    stalled = Claim("jobs", job.id, "h:2", 1, 1, 0, encode_job(job))
+    ending = await processor(runner, [SettledGate(mirror)], tmp_path).process(
+        stalled, AbortSignal()
+    )
+    result = msgspec.json.decode(ending.payload, type=Result)
+    assert runner.runs == 1 and (result.outcome, result.exit_code) == ("completed", 0)
