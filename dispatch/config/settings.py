@@ -58,6 +58,7 @@ class Settings:
     config_dir: Path = field(default_factory=default_config_dir)
     runner: str = "docker"
     lock_ms: int = 30_000
+    lease_ttl_s: float = 30.0  # a fleet lease lapses this long after its last renewal
     max_stalls: int = 1
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
@@ -145,6 +146,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("concurrency", "DISPATCH_CONCURRENCY", _positive_int),
     ("runner", "DISPATCH_RUNNER", _runner),
     ("lock_ms", "DISPATCH_LOCK_MS", _positive_int),
+    ("lease_ttl_s", "DISPATCH_LEASE_TTL", _seconds),
     ("max_stalls", "DISPATCH_MAX_STALLS", int),
     ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
@@ -159,5 +161,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
 def _check(s: Settings) -> None:
     if s.lock_ms < 3000:
         raise ConfigError("DISPATCH_LOCK_MS must be at least 3000")
+    if s.lease_ttl_s < 1:
+        raise ConfigError("DISPATCH_LEASE_TTL must be at least 1s")
     if s.max_stalls < 0:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")

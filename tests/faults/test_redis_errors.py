@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,10 +30,11 @@ from dispatch.model import DeferRecord, Job, encode_job
 from dispatch.queue.keys import lease_keys
 from dispatch.queue.scripts import script
 from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
-from dispatch.reasons import REDIS_UNAVAILABLE
+from dispatch.reasons import LEASE_LOST, REDIS_UNAVAILABLE
 from dispatch.runners.base import AbortSignal
 from dispatch.runners.process import ProcessRunner
-from tests.support.polling import eventually
+from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_errors import ERROR_REPLIES, answering_errors
 
 pytestmark = pytest.mark.anyio
@@ -269,3 +271,47 @@ async def test_a_run_on_a_degraded_lease_says_so_in_its_record(
     assert ending.action == "finish" and ending.record is not None
     assert (ending.record.outcome, ending.record.degraded) == ("completed", (REPO_LEASE,))
     assert [e["lease"] for e in events("lease_granted_degraded")] == [REPO_LEASE]
+
+
+# -- a real daemon ----------------------------------------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def local_reasons(state: Path) -> list[str]:
+    log = state / "runs.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line).get("reason", "") for line in lines]
+
+
+@pytest.mark.slow
+def test_a_daemon_outlives_readonly_past_its_lease_ttl_and_hands_the_job_back(
+    redis_url: str, prefix: str, tmp_path: Path, proxy
+) -> None:
+    state = tmp_path / "state"
+    settings = settings_for(tmp_path, prefix, proxy.url)  # writes the repo's limit
+    config = {"DISPATCH_HOST": "ro-host", "DISPATCH_CONFIG_DIR": str(settings.config_dir)}
+    faulty = cli_env(proxy.url, prefix, state, DISPATCH_LEASE_TTL="2s", **config)
+    direct = cli_env(redis_url, prefix, state, **config)
+    pid_file, ran = tmp_path / "pid", tmp_path / "ran"
+    script = f"[ -e {ran} ] && exit 0; touch {ran}; echo $$ > {pid_file}; exec sleep 60"
+    with daemon(faulty) as proc:
+        submitted = dispatch(direct, "submit", "--repo", "acme/web", "--", "sh", "-c", script)
+        job_id = submitted.stdout.strip()
+        pid = int(eventually_sync(lambda: pid_file.exists() and pid_file.read_text().strip()))
+        with proxy.fault("error", ERROR_REPLIES["READONLY"]):
+            # the lease cannot be renewed past its TTL: the run is stopped, lease-lost ...
+            eventually_sync(lambda: not alive(pid), timeout=20)
+            # ... its record is written here, and its ending waits for Redis in the worker
+            eventually_sync(lambda: LEASE_LOST in local_reasons(state), timeout=20)
+            assert proc.poll() is None
+        assert wait_state(direct, job_id, "completed", "failed", timeout=30) == "completed"
+        assert proc.poll() is None
+    assert local_reasons(state) == [LEASE_LOST, ""]
+    assert dispatch_json(direct, "why", job_id)["attempt"] == 1  # the fault spent none

@@ -1,0 +1,18 @@
+"""Settings read from the environment: the fleet lease TTL."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatch.config.settings import from_env
+from dispatch.errors import ConfigError
+
+
+def test_the_lease_ttl_is_a_duration_of_at_least_a_second() -> None:
+    assert from_env({}).lease_ttl_s == 30.0
+    assert from_env({"DISPATCH_LEASE_TTL": "90s"}).lease_ttl_s == 90.0
+    assert from_env({"DISPATCH_LEASE_TTL": "1500ms"}).lease_ttl_s == 1.5
+    with pytest.raises(ConfigError, match="DISPATCH_LEASE_TTL"):
+        from_env({"DISPATCH_LEASE_TTL": "500ms"})
+    with pytest.raises(ConfigError, match="DISPATCH_LEASE_TTL"):
+        from_env({"DISPATCH_LEASE_TTL": "soon"})
