@@ -273,6 +273,39 @@ async def test_a_run_on_a_degraded_lease_says_so_in_its_record(
     assert [e["lease"] for e in events("lease_granted_degraded")] == [REPO_LEASE]
 
 
+# -- NOSCRIPT: a server that lost its scripts (restart, failover, SCRIPT FLUSH) -------------
+
+
+async def test_a_script_flush_between_calls_is_survived(redis, prefix) -> None:
+    queue = Queue(redis, "jobs", prefix)
+    await queue.enqueue([NewJob(f"j{n}", encode_job(web_job(f"j{n}"))) for n in range(2)])
+    await redis.script_flush()
+    (first,) = (await queue.claim(1, "h1", 30_000)).claims  # one EVALSHA: reloads the script
+    await redis.script_flush()
+    done = Finish("finish", first.id, first.token, b'{"state":"completed","outcome":"completed"}')
+    oks, batch = await queue.finish_and_claim([done], 1, "h1", 30_000)  # a pipeline of two
+    assert oks == [True] and [c.id for c in batch.claims] == ["j1"]
+
+
+async def test_a_lease_outlives_a_script_flush(redis, prefix) -> None:
+    async with FleetLeases(redis, quick(prefix), host="h1") as leases:
+        lease = await leases.acquire("gpu", slots=1)
+        assert lease is not None
+        await redis.script_flush()
+        assert await leases.renew(lease)
+        await redis.script_flush()
+        assert await leases.release(lease)
+
+
+async def test_the_gates_outlive_a_script_flush(redis, prefix, tmp_path) -> None:
+    _, claim = await claimed(redis, prefix, web_job("j1"))
+    async with real_gates(settings_for(tmp_path, prefix, "unused"), redis) as processor:
+        await redis.script_flush()
+        ending = await processor.process(claim, AbortSignal())
+    assert ending.action == "finish" and ending.record is not None
+    assert ending.record.outcome == "completed" and ending.record.degraded == ()
+
+
 # -- a real daemon ----------------------------------------------------------------------------
 
 
