@@ -31,6 +31,7 @@ from dispatch.queue.keys import lease_keys
 from dispatch.queue.scripts import script
 from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
 from dispatch.reasons import LEASE_LOST, REDIS_UNAVAILABLE
+from dispatch.records.disk_log import encode
 from dispatch.runners.base import AbortSignal
 from dispatch.runners.process import ProcessRunner
 from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
@@ -261,16 +262,25 @@ async def test_faults_in_a_row_back_off_and_a_clean_pickup_resets(
             assert (await processor.process(claim, AbortSignal())).delay_ms == 2_000
 
 
-async def test_a_run_on_a_degraded_lease_says_so_in_its_record(
-    redis, proxied, proxy, prefix, tmp_path, events
+async def test_a_run_on_a_degraded_lease_says_so_in_its_record_and_why(
+    redis_url, redis, proxied, proxy, prefix, tmp_path, events
 ) -> None:
-    _, claim = await claimed(redis, prefix, web_job("j1"))
+    queue, claim = await claimed(redis, prefix, web_job("j1"))
     async with real_gates(settings_for(tmp_path, prefix, proxy.url), proxied) as processor:
         with proxy.fault("refuse"):  # Redis is away: the repo's fleet lease fails open
             ending = await processor.process(claim, AbortSignal())
-    assert ending.action == "finish" and ending.record is not None
-    assert (ending.record.outcome, ending.record.degraded) == ("completed", (REPO_LEASE,))
+    record = ending.record
+    assert ending.action == "finish" and record is not None
+    assert (record.outcome, record.degraded) == ("completed", (REPO_LEASE,))
     assert [e["lease"] for e in events("lease_granted_degraded")] == [REPO_LEASE]
+    # the worker's finish mirrors the record; `dispatch why` tells the operator
+    item = Finish("finish", claim.id, claim.token, ending.payload, 0, record.run_id, encode(record))
+    assert await queue.finish([item]) == [True]
+    env = cli_env(redis_url, prefix, tmp_path / "cli")
+    told = await anyio.to_thread.run_sync(dispatch, env, "why", "j1")
+    assert f"on fleet lease {REPO_LEASE} granted without it" in told.stdout
+    story = await anyio.to_thread.run_sync(dispatch_json, env, "why", "j1")
+    assert story["degraded"] == [{"attempt": 1, "host": "h1", "leases": [REPO_LEASE]}]
 
 
 # -- NOSCRIPT: a server that lost its scripts (restart, failover, SCRIPT FLUSH) -------------
