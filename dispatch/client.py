@@ -309,6 +309,13 @@ class Client:
         found.sort(key=lambda pair: pair[0], reverse=True)
         return [record for _, record in found[:limit]]
 
+    async def records_of(self, view: JobView, last: int = 10) -> builtins.list[RunRecord]:
+        """The fleet's run records of the job's latest `last` attempts, oldest first."""
+        first = max(1, view.attempt - last + 1)
+        run_ids = [f"{view.id}#{n}" for n in range(first, view.attempt + 1)]
+        raws = await self.redis.hmget(keys.queue_keys(view.queue, self.prefix).runs, run_ids)
+        return [decode_record(raw) for raw in raws if raw]
+
     async def pause(self) -> builtins.list[str]:
         """Pause the fleet, durably: no queue, old or new, starts a job until `resume`.
 

@@ -7,7 +7,8 @@
     │   ├── LockLost           the claim's lock token no longer matches
     │   ├── NotFound           no such job
     │   └── Conflict           the job is not in a state the transition allows
-    ├── RedisUnavailable       Redis could not be reached
+    ├── RedisUnavailable       a Redis call failed: an error reply, a timeout, no connection
+    │   └── RedisUnreachable   no connection at all (refused, reset, closed): Redis is away
     ├── InstanceTaken          another daemon holds this host name or state dir (exit 1)
     └── DockerError            the Docker engine said no (see dispatch.runners.docker.errors)
 
@@ -51,6 +52,10 @@ class RedisUnavailable(DispatchError):
 
 
 class InstanceTaken(DispatchError):
+    pass
+
+
+class RedisUnreachable(RedisUnavailable):
     pass
 
 

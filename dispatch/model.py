@@ -248,6 +248,8 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     output: str | None = None
     output_lost: bool = False  # the output stops short: the disk failed while it was written
     kill: str | None = None
+    claim: str = ""  # the lock token of the claim that wrote it; "" from releases before it
+    degraded: tuple[str, ...] = ()  # fleet leases held without Redis's word (failed open)
 
     @property
     def run_id(self) -> str:

@@ -56,6 +56,7 @@ SCOPE_REPO: Final = "scope-repo"
 SCOPE_PROJECT: Final = "scope-project"
 ENDPOINT: Final = "endpoint"
 HOST_BUDGET: Final = "host-budget"
+REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 ENGINE_UNAVAILABLE: Final = "engine-unavailable"
 
@@ -163,6 +164,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         HOST_BUDGET,
         "host budget",
         "the running jobs leave too little memory or CPU of this host's job budget",
+    ),
+    _defer(
+        REDIS_UNAVAILABLE,
+        "processor",
+        "Redis failed a call while the job's gates were checked (an error reply such as READONLY "
+        "or OOM, no answer in time, or no connection); every hold was given back, and it is "
+        "looked at again soon, spending no attempt",
     ),
     _defer(RETRY, "processor", "an infrastructure failure ended the last attempt; it runs again"),
     _defer(

@@ -117,7 +117,8 @@ def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
         found = await client.get(args.id)
         if found is None:
             raise NotFound(f"no job {args.id}")
-        print(view.why_json(found) if args.json else view.why_text(found))
+        runs = await client.records_of(found)
+        print(view.why_json(found, runs) if args.json else view.why_text(found, runs))
         return 0
 
     return _with_client(go, settings)

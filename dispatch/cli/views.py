@@ -84,11 +84,18 @@ def runs_json(records: Sequence[RunRecord]) -> str:
     return msgspec.json.encode(list(records)).decode()
 
 
-def why_json(v: JobView) -> str:
-    return msgspec.json.encode(v.as_json()).decode()
+def why_json(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
+    story = v.as_json()
+    story["degraded"] = [
+        {"attempt": r.attempt, "host": r.host, "leases": list(r.degraded)}
+        for r in runs
+        if r.degraded
+    ]
+    return msgspec.json.encode(story).decode()
 
 
-def why_text(v: JobView) -> str:
+def why_text(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
+    """The job's story; `runs` (its attempts' records) add what an operator must know of them."""
     lines = [f"Job {v.id} on queue {v.queue} is {v.state}."]
     if v.queued_at:
         lines.append(f"It was queued at {v.queued_at}.")
@@ -99,7 +106,16 @@ def why_text(v: JobView) -> str:
             f"Its last deferral was {d.reason} at {d.at} on {d.host}"
             + (f" ({d.detail})." if d.detail else ".")
         )
+    lines += [_degraded(r) for r in runs if r.degraded]
     return "\n".join(lines)
+
+
+def _degraded(r: RunRecord) -> str:
+    names = ", ".join(r.degraded)
+    return (
+        f"Attempt {r.attempt} ran on {r.host} while Redis could not be reached, on fleet"
+        f" lease {names} granted without it: that limit was not checked across hosts."
+    )
 
 
 def _state_sentences(v: JobView) -> list[str]:

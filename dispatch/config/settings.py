@@ -60,6 +60,7 @@ class Settings:
     lock_ms: int = 60_000  # at least 3 x (stop grace + renewal period): see _check
     renew_s: float = 2.0  # lock renewal period, also how fast a cancel request is seen
     sweep_s: float = 10.0  # how often each queue's expired locks are swept
+    lease_ttl_s: float = 30.0  # a fleet lease lapses this long after its last renewal
     max_stalls: int = 1
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
@@ -151,6 +152,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("lock_ms", "DISPATCH_LOCK_MS", _positive_int),
     ("renew_s", "DISPATCH_RENEW_EVERY", _seconds),
     ("sweep_s", "DISPATCH_SWEEP_EVERY", _seconds),
+    ("lease_ttl_s", "DISPATCH_LEASE_TTL", _seconds),
     ("max_stalls", "DISPATCH_MAX_STALLS", int),
     ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
@@ -177,6 +179,8 @@ def _check(s: Settings) -> None:
             f"DISPATCH_LOCK_MS={s.lock_ms} is too short for DISPATCH_STOP_GRACE and "
             f"DISPATCH_RENEW_EVERY: it must be at least 3 x (grace + renewal) = {floor_ms:.0f}"
         )
+    if s.lease_ttl_s < 1:
+        raise ConfigError("DISPATCH_LEASE_TTL must be at least 1s")
     if s.max_stalls < 0:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")
     if s.reconcile_s < 1:  # each round lists the engine's containers: not a busy loop

@@ -127,7 +127,7 @@ async def gated_processor(
 ) -> AsyncIterator[Processor]:
     """The processor with every gate, sharing one set of slots, one budget and the leases."""
     clock = SystemClock()
-    lease_settings = LeaseSettings(prefix=settings.prefix)
+    lease_settings = LeaseSettings(prefix=settings.prefix, ttl_s=settings.lease_ttl_s)
     async with FleetLeases(redis, lease_settings, host=settings.host, clock=clock) as leases:
         deps = GateDeps(
             settings=settings,

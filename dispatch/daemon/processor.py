@@ -15,6 +15,14 @@ cancelled finish. A request the worker has not seen yet is honoured by `job_fini
 itself: every retry or defer carries the result it finishes with instead (`Ending.cancelled`),
 and the script uses it when a cancel request stands at that moment, in the same atomic step.
 A cancel leaves a run record only when a run started.
+
+Faults are not the job's doing, so none fails it or spends its attempt. A Redis fault in any
+gate (an error reply such as READONLY, OOM, BUSY, LOADING or MASTERDOWN, a timeout, a lost
+connection) defers the job `redis-unavailable`, 2 s doubling to 16 s while pickups keep meeting
+faults. A run stopped because its host shut down or a fleet lease lapsed is handed back the
+same way (`shutdown`, `lease-lost`). Any other exception is a bug: the worker fails the job
+`internal-error` through `crashed`, whose record names only the exception's type (its message
+may hold a host path; the log has it all).
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from redis.exceptions import RedisError
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon.engine_wait import EngineWait
-from dispatch.errors import InvalidJob
+from dispatch.errors import InvalidJob, RedisUnavailable
 from dispatch.gates.base import (
     ADMIT,
     NEWER_RELEASE_DELAY_MS,
@@ -41,6 +50,7 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
     Settled,
+    redis_fault_delay_ms,
 )
 from dispatch.log import event
 from dispatch.model import (
@@ -56,6 +66,7 @@ from dispatch.model import (
     iso,
     peek_version,
 )
+from dispatch.queue.faults import cause
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
     CANCELLED,
@@ -71,6 +82,7 @@ from dispatch.reasons import (
     NEWER_RELEASE,
     OPERATOR_CANCEL,
     POLICY,
+    REDIS_UNAVAILABLE,
     RETRY,
     SHUTDOWN,
     Outcome,
@@ -80,11 +92,14 @@ from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, cl
 
 SHUTDOWN_DELAY_MS = 1_000
 ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
+LEASE_LOST_DELAY_MS = 1_500
 
 # Aborts that are faults, not the job's doing: the claim is handed back as a defer (no attempt
 # spent), due after this long. Its record stays in the local log; the finish, fenced, mirrors
 # it only if the claim still holds, so a stale run's report is never recorded fleet-wide.
-HAND_BACK = {SHUTDOWN: SHUTDOWN_DELAY_MS, LOCK_LOST: 0, LEASE_LOST: 1_000}
+HAND_BACK = {SHUTDOWN: SHUTDOWN_DELAY_MS, LOCK_LOST: 0, LEASE_LOST: LEASE_LOST_DELAY_MS}
+# what a gate's call to Redis can raise: ours (translated at the boundary) and redis-py's own
+_REDIS_FAULTS = (RedisUnavailable, RedisError)
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,7 @@ class Processor:
         self.config = config or ConfigSnapshot
         self.mirror = mirror
         self.engine_wait = engine_wait
+        self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         ending = await self._process(claim, signal)
@@ -168,11 +184,24 @@ class Processor:
             await pickup.release()
 
     async def _gates(self, pickup: Pickup) -> Decision:
-        for gate in self.gates:
-            decision = await gate.check(pickup)
-            if not isinstance(decision, Admit):
-                return decision
-        return ADMIT
+        decision: Decision = ADMIT
+        name = ""
+        try:
+            for gate in self.gates:
+                name = gate.name
+                decision = await gate.check(pickup)
+                if not isinstance(decision, Admit):
+                    break
+        except _REDIS_FAULTS as exc:  # Redis failed, not the job: give all back, look again
+            return self._redis_fault(pickup, name, exc)
+        self._faults_in_a_row = 0
+        return decision
+
+    def _redis_fault(self, pickup: Pickup, gate: str, exc: Exception) -> Defer:
+        self._faults_in_a_row += 1
+        delay = redis_fault_delay_ms(self._faults_in_a_row)
+        event("gate_redis_fault", job=pickup.claim.id, gate=gate, error=str(exc), delay_ms=delay)
+        return Defer(delay, REDIS_UNAVAILABLE, detail=f"{gate} gate: {cause(exc)}")
 
     async def _run(self, pickup: Pickup) -> Ending:
         claim, job, signal = pickup.claim, pickup.job, pickup.signal
@@ -201,6 +230,9 @@ class Processor:
         if held is not None:
             return self._defer(claim, held, job)  # no record: nothing ran
         ending = self._ending(claim, job, result, signal.reason)
+        degraded = pickup.degraded()
+        if ending.record is not None and degraded:  # the fleet bound was not checked: say so
+            ending.record = msgspec.structs.replace(ending.record, degraded=degraded)
         if ending.action != "defer" and ending.record is not None and result.started:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
@@ -315,6 +347,7 @@ class Processor:
             output=result.output,
             output_lost=result.output_lost,
             kill=result.kill,
+            claim=claim.token,
         )
 
     def _defer(
@@ -367,6 +400,7 @@ class Processor:
             queued_at=iso(claim.queued_ms),
             ended_at=iso(now),
             target=job.target() if job else "",
+            claim=claim.token,
         )
         res = Result(
             state="failed",
@@ -379,10 +413,9 @@ class Processor:
         return Ending("finish", encoder.encode(res), record=record)
 
     def crashed(self, claim: Claim, exc: BaseException) -> Ending:
-        """A bug fails the job for good, with the error recorded."""
-        return self._refuse(
-            claim, None, Refuse(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), FAILED
-        )
+        """A bug fails the job for good. The record names the exception's type only: its text
+        may hold a host path, and records are read fleet-wide (the worker logs it whole)."""
+        return self._refuse(claim, None, Refuse(INTERNAL_ERROR, type(exc).__name__), FAILED)
 
 
 def _resolved(pickup: Pickup) -> Job:

@@ -15,14 +15,25 @@ Holding. A grant lapses `ttl_s` after the call unless renewed; while the lease i
 background task renews it every `renew_every_s` (a third of the TTL by default, so two renewals
 may fail before it lapses). A refused renewal means the slot is gone (expired and perhaps given
 away): the lease's `lost` event is set and `on_lost` is called, and the owner must stop the work
-the lease guarded. If Redis stays unreachable until the lease's local deadline (measured from when
-the last successful call was *sent*, so it never outlasts the server's expiry), that is a loss too.
+the lease guarded. If renewals keep failing until the lease's local deadline (measured from when
+the last successful call was *sent*, so it never outlasts the server's expiry), that is a loss
+too. The renewer never ends on an error and never cancels the task group it runs in (the
+daemon's): a failed renewal is retried after `retry_s`, doubling up to the renewal interval, and
+an error that is not a Redis fault (a bug) is logged `lease_renew_error` each time.
 
-Faults. Every call is bounded by `timeout_s`. When Redis cannot be reached, an acquire fails OPEN
-by default: it returns a degraded lease (no fence, not renewed) and logs `lease_degraded` once per
-episode until a call succeeds again; the in-process slots still bound the host. With
-`fail_open=False` it raises `RedisUnavailable` instead. A timed-out acquire may have been granted
-anyway, so the holder id is released best-effort later; failing that, its entry lapses by TTL.
+Faults (`dispatch.queue.faults`). Every call is bounded by `timeout_s`, and every fault, error
+replies (READONLY, OOM, BUSY, LOADING, MASTERDOWN) included, becomes `RedisUnavailable`. An
+acquire fails OPEN only when Redis is unreachable (`RedisUnreachable`: refused, reset, closed):
+it returns a degraded lease (no fence) and the in-process slots still bound the host. A slow
+Redis (the call timed out) or an error reply raises `RedisUnavailable` instead, as does an
+unreachable one with `fail_open=False`: the caller defers. `lease_degraded` is logged once per
+episode of faults, `lease_redis_recovered` when a call succeeds again.
+
+An acquire that failed may have been granted all the same (it reached Redis, the reply did not
+come back). A refused one is released best-effort later; failing that, its entry lapses by TTL.
+A degraded one is asked after by its renewer (`lease_renew` on its holder id): if Redis holds
+it, the grant is real and is renewed from then on like any other (`lease_confirmed`, still
+without a fence); if Redis does not, it stays degraded and nothing is renewed.
 
 Holder ids are `<host>:<random>`, so after a restart `sweep_host` can release the claims the
 previous process of this host left behind, found through the lease registry SET (added to once
@@ -33,6 +44,7 @@ touch both on a cluster).
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
@@ -42,17 +54,17 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
-from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from dispatch.clock import Clock, SystemClock
-from dispatch.errors import RedisUnavailable
+from dispatch.errors import RedisUnavailable, RedisUnreachable
 from dispatch.log import event
 from dispatch.queue import keys as keyspace
+from dispatch.queue.faults import redis_call
 from dispatch.queue.scripts import Arg, checked, script
 
 _T = TypeVar("_T")
-_FAULTS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError, TimeoutError)
+_MAX_DOUBLINGS = 10  # of retry_s; the renewal interval caps the wait long before
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,13 +82,15 @@ class LeaseSettings:
 
 @dataclass(eq=False, slots=True, kw_only=True)
 class Lease:
-    """One grant. `fence` is None only for a degraded (fail-open) grant."""
+    """One grant. A degraded grant (made without Redis's answer) has no fence, and `backed`
+    says whether Redis holds it: None until its renewer has asked, then True or False."""
 
     keys: keyspace.LeaseKeys
     holder: str
     ttl_s: float
     fence: int | None
     deadline: float  # local monotonic seconds after which the server has surely expired it
+    backed: bool | None = True
     lost: anyio.Event = field(default_factory=anyio.Event)
     on_lost: Callable[[Lease], None] | None = None
     released: bool = False
@@ -88,7 +102,7 @@ class Lease:
 
     @property
     def degraded(self) -> bool:
-        return self.fence is None
+        return self.backed is not True
 
 
 def holder_id(host: str) -> str:
@@ -103,12 +117,9 @@ def holder_host(holder: str) -> str:
 async def _call(
     redis: Redis, name: str, keys: Sequence[str], args: Sequence[Arg], timeout_s: float
 ) -> Any:
-    """Run one lease script within the timeout; foreign faults become RedisUnavailable."""
-    try:
-        with anyio.fail_after(timeout_s):
-            reply = await script(name)(redis, keys, args)
-    except _FAULTS as exc:
-        raise RedisUnavailable(f"{name}: {exc!r}") from exc
+    """Run one lease script within the timeout; every fault becomes RedisUnavailable."""
+    with redis_call(name), anyio.fail_after(timeout_s):
+        reply = await script(name)(redis, keys, args)
     return checked(reply, name)
 
 
@@ -185,6 +196,9 @@ class FleetLeases:
             deadline=sent + ttl_s,
             on_lost=on_lost,
         )
+        return self._hold(lease)
+
+    def _hold(self, lease: Lease) -> Lease:
         self._held.add(lease)
         self._spawn(self._keep, lease)
         return lease
@@ -197,23 +211,34 @@ class FleetLeases:
         on_lost: Callable[[Lease], None] | None,
         exc: RedisUnavailable,
     ) -> Lease:
-        if not self.settings.fail_open:
+        # only an absent Redis may be stepped around: a slow or refusing one is still there
+        if not (self.settings.fail_open and isinstance(exc, RedisUnreachable)):
             self._spawn(self._forget, lk, holder)
             raise exc
         # no deadline: a degraded grant is bounded by the in-process slots, not by Redis
         lease = Lease(
-            keys=lk, holder=holder, ttl_s=ttl_s, fence=None, deadline=float("inf"), on_lost=on_lost
+            keys=lk,
+            holder=holder,
+            ttl_s=ttl_s,
+            fence=None,
+            deadline=math.inf,
+            backed=None,
+            on_lost=on_lost,
         )
-        self._held.add(lease)
-        return lease
+        return self._hold(lease)
 
     async def renew(self, lease: Lease) -> bool:
         """Push the lease's expiry back once; False (and the lease is lost) if refused.
 
-        Raises RedisUnavailable on a fault; the background renewer handles that itself.
+        Raises RedisUnavailable on a fault; the background renewer handles that itself. A
+        degraded lease is never lost here: it is only asked after (`_confirm`), faults ignored.
         """
-        if lease.released or lease.degraded:
-            return not lease.released
+        if lease.released:
+            return False
+        if lease.degraded:
+            with contextlib.suppress(RedisUnavailable):
+                await self._confirm(lease)
+            return True
         sent = self.clock.monotonic()
         args: list[Arg] = [lease.holder, _ms(lease.ttl_s)]
         if await self._call("lease_renew", [lease.keys.holders], args) == 1:
@@ -239,30 +264,52 @@ class FleetLeases:
 
     async def sweep(self) -> int:
         """Release this host's holders left by an earlier process (those this one holds stay)."""
-        try:
-            with anyio.fail_after(self.settings.timeout_s):
-                leases = await known_leases(self.redis, self.settings.prefix)
-        except _FAULTS as exc:
-            raise RedisUnavailable(f"lease sweep: {exc!r}") from exc
+        with redis_call("lease sweep"), anyio.fail_after(self.settings.timeout_s):
+            leases = await known_leases(self.redis, self.settings.prefix)
         spare = {lease.holder for lease in self._held}
         return await sweep_host(self.redis, leases, self.host, spare=spare)
 
-    async def _keep(self, lease: Lease) -> None:
-        with lease.scope:
-            while not lease.lost.is_set():
-                await anyio.sleep(self._next_renewal_s(lease))
-                try:
-                    await self.renew(lease)
-                except RedisUnavailable:
-                    if self.clock.monotonic() >= lease.deadline:
-                        self._lose(lease, "redis_unreachable")
+    async def _confirm(self, lease: Lease) -> None:
+        """Ask whether a degraded grant's acquire reached Redis after all; if so, keep it."""
+        sent = self.clock.monotonic()
+        args: list[Arg] = [lease.holder, _ms(lease.ttl_s)]
+        lease.backed = await self._call("lease_renew", [lease.keys.holders], args) == 1
+        if lease.backed:
+            lease.deadline = sent + lease.ttl_s
+            event("lease_confirmed", lease=lease.name, holder=lease.holder)
 
-    def _next_renewal_s(self, lease: Lease) -> float:
-        # after a fault, retry sooner, but never sleep past the local deadline
+    async def _keep(self, lease: Lease) -> None:
+        """Renew until released or lost; it never raises, so it can never end the task group."""
+        failures = 0
+        with lease.scope:
+            while not lease.lost.is_set() and lease.backed is not False:
+                await anyio.sleep(self._next_renewal_s(lease, failures))
+                failures = await self._renew_once(lease, failures)
+
+    async def _renew_once(self, lease: Lease, failures: int) -> int:
+        """One renewal (for a degraded lease, one question); how many have failed in a row."""
+        try:
+            if lease.degraded:
+                await self._confirm(lease)
+            else:
+                await self.renew(lease)
+        except Exception as exc:  # whatever it is, the renewer goes on: see the docstring
+            self._renew_failed(lease, exc)
+            return failures + 1
+        return 0
+
+    def _renew_failed(self, lease: Lease, exc: Exception) -> None:
+        if not isinstance(exc, RedisUnavailable):  # a fault is logged once per episode
+            event("lease_renew_error", lease=lease.name, error=f"{type(exc).__name__}: {exc}")
+        if self.clock.monotonic() >= lease.deadline:
+            self._lose(lease, _loss_reason(exc))
+
+    def _next_renewal_s(self, lease: Lease, failures: int) -> float:
+        # after a failure, retry sooner, backing off; never sleep past the local deadline
         interval = self.settings.renew_interval_s(lease.ttl_s)
-        since_ok = self.clock.monotonic() - (lease.deadline - lease.ttl_s)
-        if since_ok > interval:
-            interval = self.settings.retry_s
+        if failures:
+            backoff = self.settings.retry_s * 2 ** min(failures - 1, _MAX_DOUBLINGS)
+            interval = min(interval, backoff)
         return max(0.0, min(interval, lease.deadline - self.clock.monotonic()))
 
     def _lose(self, lease: Lease, reason: str) -> None:
@@ -271,13 +318,17 @@ class FleetLeases:
         self._held.discard(lease)
         lease.lost.set()
         event("lease_lost", lease=lease.name, holder=lease.holder, reason=reason)
-        if lease.on_lost is not None:
+        if lease.on_lost is None:
+            return
+        try:
             lease.on_lost(lease)
+        except Exception as exc:  # the owner's bug must not end the renewer
+            event("lease_on_lost_failed", lease=lease.name, error=f"{type(exc).__name__}: {exc}")
 
-    def _spawn(self, func: Callable[..., Any], *args: Any) -> None:
+    def _spawn(self, func: Callable[..., Awaitable[None]], *args: Any) -> None:
         if self._tg is None:
             raise RuntimeError("FleetLeases must be entered (async with) before acquiring")
-        self._tg.start_soon(func, *args)
+        self._tg.start_soon(_supervised, func, *args)
 
     async def _forget(self, lk: keyspace.LeaseKeys, holder: str) -> None:
         # failing this too, the entry (if the acquire was granted at all) lapses by TTL
@@ -290,11 +341,8 @@ class FleetLeases:
             self._registered.add(name)
 
     async def _sadd(self, name: str) -> None:
-        try:
-            with anyio.fail_after(self.settings.timeout_s):
-                await self.redis.sadd(keyspace.leases_registry(self.settings.prefix), name)
-        except _FAULTS as exc:
-            raise RedisUnavailable(f"lease registry: {exc!r}") from exc
+        with redis_call("lease registry"), anyio.fail_after(self.settings.timeout_s):
+            await self.redis.sadd(keyspace.leases_registry(self.settings.prefix), name)
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         return await self._tracked(_call(self.redis, name, keys, args, self.settings.timeout_s))
@@ -306,7 +354,8 @@ class FleetLeases:
         except RedisUnavailable as exc:
             if not self._degraded:
                 self._degraded = True
-                event("lease_degraded", error=str(exc), fail_open=self.settings.fail_open)
+                fails_open = self.settings.fail_open and isinstance(exc, RedisUnreachable)
+                event("lease_degraded", error=str(exc), fail_open=fails_open)
             raise
         if self._degraded:
             self._degraded = False
@@ -340,16 +389,28 @@ async def sweep_host(
     Each release names its exact holder id, so a sweep never frees another host's slot.
     """
     released = 0
-    try:
+    with redis_call("lease sweep"):
         for lk in keys:
             for holder in await holders(redis, lk):
                 if holder_host(holder) == host and holder not in spare:
                     released += int(await script("lease_release")(redis, [lk.holders], [holder]))
-    except _FAULTS as exc:
-        raise RedisUnavailable(f"lease sweep: {exc!r}") from exc
     if released:
         event("lease_swept", host=host, released=released)
     return released
+
+
+async def _supervised(func: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """A background task of the leases: an error is logged here and goes no further."""
+    try:
+        await func(*args)
+    except Exception as exc:
+        event("lease_task_failed", task=func.__name__, error=f"{type(exc).__name__}: {exc}")
+
+
+def _loss_reason(exc: Exception) -> str:
+    if isinstance(exc, RedisUnreachable):
+        return "redis_unreachable"
+    return "redis_unavailable" if isinstance(exc, RedisUnavailable) else "renew_error"
 
 
 def _ms(seconds: float) -> int:

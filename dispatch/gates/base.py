@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import msgspec
 
 from dispatch.config.schemas import ConfigSnapshot, Project
+from dispatch.fleet.leases import Lease
 from dispatch.log import event
 from dispatch.model import Job, RunRecord
 from dispatch.queue.transitions import Claim
@@ -29,6 +30,16 @@ HOST_BUDGET_DELAY_MS = 30_000
 NEVER_FITS_DELAY_MS = 60_000
 NEWER_RELEASE_DELAY_MS = 10 * 60_000
 ENGINE_DELAY_MS = 2_000  # the first re-check of a job held engine-unavailable (it backs off)
+# A Redis fault in a gate: 2 s, doubling with each faulted pickup in a row, at most 16 s (none of
+# 2, 4, 8, 16 is another reason's delay). Short: Redis is usually back within seconds.
+REDIS_FAULT_DELAY_MS = 2_000
+REDIS_FAULT_MAX_DELAY_MS = 16_000
+
+
+def redis_fault_delay_ms(in_a_row: int) -> int:
+    """The re-check delay after the `in_a_row`-th pickup in a row that met a Redis fault."""
+    doublings = min(max(in_a_row - 1, 0), 8)  # bounded, so the shift stays small
+    return min(REDIS_FAULT_DELAY_MS << doublings, REDIS_FAULT_MAX_DELAY_MS)
 
 
 class Admit(msgspec.Struct, frozen=True, tag="admit"):
@@ -78,6 +89,11 @@ class Pickup:
     size: JobSize | None = None
     model: str | None = None
     holds: list[tuple[str, Release]] = field(default_factory=list)
+    leases: list[Lease] = field(default_factory=list)  # the fleet leases among the holds
+
+    def degraded(self) -> tuple[str, ...]:
+        """The fleet leases this pickup holds that Redis never confirmed (failed open)."""
+        return tuple(lease.name for lease in self.leases if lease.degraded)
 
     def hold(self, name: str, release: Release) -> None:
         self.holds.append((name, release))

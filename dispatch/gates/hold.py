@@ -19,6 +19,7 @@ from dispatch.errors import ScriptError
 from dispatch.fleet.leases import FleetLeases, Lease, holder_host, holders
 from dispatch.fleet.slots import Slots, Ticket
 from dispatch.gates.base import Pickup
+from dispatch.log import event
 from dispatch.queue.keys import lease_keys
 from dispatch.reasons import LEASE_LOST
 
@@ -59,6 +60,9 @@ async def take(pickup: Pickup, slots: Slots, leases: FleetLeases, bound: Bound) 
     if lease is None:
         return _busy(bound, await _fleet_hosts(leases, bound.lease), "fleet-wide")
     pickup.hold(f"lease:{bound.lease}", lambda: leases.release(lease))
+    pickup.leases.append(lease)
+    if lease.degraded:  # the fleet-wide bound is not enforced for this job: say so once
+        event("lease_granted_degraded", job=pickup.job.id, lease=bound.lease)
     return None
 
 

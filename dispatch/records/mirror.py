@@ -13,6 +13,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from dispatch.model import RunRecord
+from dispatch.queue.faults import redis_call
 from dispatch.queue.keys import DEFAULT_PREFIX, queue_keys
 from dispatch.records.disk_log import decode, encode
 
@@ -63,8 +64,10 @@ class RunMirror:
             await pipe.execute()
 
     async def get(self, queue: str, run_id: str) -> RunRecord | None:
-        """The mirrored record, or None when there is none or it cannot be read."""
-        raw = await self.redis.hget(queue_keys(queue, self.prefix).runs, run_id)
+        """The mirrored record, or None when there is none or it does not decode; a fault of
+        Redis raises RedisUnavailable (the processor defers the job)."""
+        with redis_call("run mirror"):
+            raw = await self.redis.hget(queue_keys(queue, self.prefix).runs, run_id)
         if raw is None:
             return None
         try:

@@ -1,4 +1,4 @@
-"""Settings from the environment: the reconcile period."""
+"""Settings from the environment: the reconcile period and the fleet lease TTL."""
 
 from __future__ import annotations
 
@@ -17,3 +17,13 @@ def test_the_reconcile_runs_every_minute_unless_told_otherwise() -> None:
 def test_a_reconcile_period_under_a_second_or_unreadable_is_refused(raw: str) -> None:
     with pytest.raises(ConfigError, match="DISPATCH_RECONCILE_EVERY"):
         from_env({"DISPATCH_RECONCILE_EVERY": raw})
+
+
+def test_the_lease_ttl_is_a_duration_of_at_least_a_second() -> None:
+    assert from_env({}).lease_ttl_s == 30.0
+    assert from_env({"DISPATCH_LEASE_TTL": "90s"}).lease_ttl_s == 90.0
+    assert from_env({"DISPATCH_LEASE_TTL": "1500ms"}).lease_ttl_s == 1.5
+    with pytest.raises(ConfigError, match="DISPATCH_LEASE_TTL"):
+        from_env({"DISPATCH_LEASE_TTL": "500ms"})
+    with pytest.raises(ConfigError, match="DISPATCH_LEASE_TTL"):
+        from_env({"DISPATCH_LEASE_TTL": "soon"})

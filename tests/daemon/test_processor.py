@@ -15,13 +15,24 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis.exceptions import ReadOnlyError
 
 from dispatch.config.schemas import Project
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
-from dispatch.model import Job, Result, RunRecord, Size
-from dispatch.reasons import CANCELLED, DIRTY_TREE, OPERATOR_CANCEL, SCOPE_FOLDER
+from dispatch.model import DeferRecord, Job, Result, RunRecord, Size, encode_job
+from dispatch.queue.transitions import Claim
+from dispatch.reasons import (
+    CANCELLED,
+    DIRTY_TREE,
+    INTERNAL_ERROR,
+    LEASE_LOST,
+    LOCK_LOST,
+    OPERATOR_CANCEL,
+    REDIS_UNAVAILABLE,
+    SCOPE_FOLDER,
+)
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
 from tests.support.pickups import claim_of
@@ -310,3 +321,80 @@ async def test_every_retry_and_defer_carries_the_result_a_cancel_would_finish_it
             OPERATOR_CANCEL,
             exit_code,
         )
+
+
+async def test_a_crash_records_the_type_of_the_error_and_nothing_of_its_text(tmp_path: Path):
+    proc = processor(Runner(), [], tmp_path)
+    claim = claim_of(Job(id="j7", command=["true"]))
+    ending = proc.crashed(claim, FileNotFoundError("/home/operator/secret-project/x"))
+    result = msgspec.json.decode(ending.payload, type=Result)
+    assert (result.state, result.reason, result.sentence) == (
+        "failed",
+        INTERNAL_ERROR,
+        "FileNotFoundError",
+    )
+    assert ending.record is not None and ending.record.sentence == "FileNotFoundError"
+
+
+async def test_a_redis_error_in_a_gate_defers_and_gives_every_hold_back(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    class Failing(ScriptedGate):
+        async def check(self, pickup: Pickup) -> Decision:
+            await super().check(pickup)
+            raise ReadOnlyError("You can't write against a read only replica.")
+
+    gates = [ScriptedGate("first", ledger, 2, "admit"), Failing("scope", ledger, 1, "admit")]
+    ending = await processor(Runner(), gates, tmp_path).process(
+        claim_of(Job(id="j8", command=["true"])), AbortSignal()
+    )
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert (ending.action, deferred.reason, deferred.detail) == (
+        "defer",
+        REDIS_UNAVAILABLE,
+        "scope gate: ReadOnlyError",
+    )
+    assert ledger.released == list(reversed(ledger.held))
+
+
+class Stopped:
+    """A run that notices its abort at once and exits as a stopped process does."""
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        ctx.signal.abort(LEASE_LOST)  # the lease lapses while the run is on
+        await ctx.aborted.wait()
+        return RunResult(started=True, exit_code=143, started_ms=1, ended_ms=2)
+
+
+async def test_a_run_stopped_by_a_lost_lease_is_handed_back_without_an_attempt(tmp_path: Path):
+    signal = AbortSignal()
+    claim = claim_of(Job(id="j9", command=["true"]))
+    ending = await processor(Stopped(), [], tmp_path).process(claim, signal)
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert (ending.action, deferred.reason) == ("defer", LEASE_LOST)  # a defer spends none
+    assert ending.record is not None and ending.record.reason == LEASE_LOST
+
+
+async def test_a_record_names_the_claim_that_wrote_it(tmp_path: Path) -> None:
+    claim = claim_of(Job(id="j10", command=["true"]))
+    ending = await processor(Runner(), [], tmp_path).process(claim, AbortSignal())
+    assert ending.record is not None and ending.record.claim == claim.token
+
+
+async def test_a_stalled_attempt_whose_record_is_of_a_stopped_run_runs_again(
+    redis, prefix, tmp_path: Path
+) -> None:
+    mirror = RunMirror(redis, prefix)
+    job = Job(id="j11", command=["true"], attempts=1)
+    stopped = RunRecord(
+        id="j11", attempt=1, host="gone", queue="jobs", outcome="infra", reason=LOCK_LOST,
+        exit_code=143, started_at="2026-01-01T00:00:00.000Z", claim="gone:1",
+    )  # fmt: skip
+    await mirror.put("jobs", stopped, 1)
+    runner = Runner()
+    stalled = Claim("jobs", job.id, "h:2", 1, 1, 0, encode_job(job))
+    ending = await processor(runner, [SettledGate(mirror)], tmp_path).process(
+        stalled, AbortSignal()
+    )
+    result = msgspec.json.decode(ending.payload, type=Result)
+    assert runner.runs == 1 and (result.outcome, result.exit_code) == ("completed", 0)

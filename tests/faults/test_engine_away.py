@@ -10,8 +10,8 @@ infra path instead.
 from __future__ import annotations
 
 import os
-import time
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

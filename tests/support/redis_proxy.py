@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -35,7 +36,8 @@ class RedisProxy:
         self.error = READONLY
         self._loop = asyncio.new_event_loop()
         self._conns: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     @property
@@ -48,12 +50,9 @@ class RedisProxy:
         return self
 
     def stop(self) -> None:
-        self._call(self._close_all(listen=False))
+        self._call(self._shut())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
-        for task in asyncio.all_tasks(self._loop):
-            task.cancel()
-        self._loop.run_until_complete(asyncio.sleep(0))  # let the cancelled handlers end
         self._loop.close()
 
     def set_mode(self, mode: str, error: bytes = READONLY) -> None:
@@ -62,7 +61,7 @@ class RedisProxy:
         self.mode, self.error = mode, error
         if mode not in ("pass", "deaf"):  # deaf keeps connections: a timeout ends each one
             self._call(self._close_all(listen=mode != "refuse"))
-        elif self._server is None:
+        elif self._listener is None:
             self._call(self._listen())
 
     @contextlib.contextmanager
@@ -78,33 +77,79 @@ class RedisProxy:
         return done.result(timeout=10)
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(128)
+        listener.setblocking(False)
+        self._listener = listener
+        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Take every pending connection. Not asyncio.start_server nor sock_accept: on Python
+        3.11 both can leave a connection accepted in the turn they are closed (or cancelled)
+        half made, its socket open until the GC warns about it."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # BlockingIOError: none left
+                return
+            conn.setblocking(False)
+            task = asyncio.ensure_future(self._serve_socket(conn))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+    def _stop_listening(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+
+    async def _serve_socket(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn)
+        except OSError:
+            conn.close()
+            return
+        await self._serve(reader, writer)
 
     async def _close_all(self, listen: bool) -> None:
-        if not listen and self._server is not None:
-            self._server.close()
-            self._server = None
+        if not listen:
+            self._stop_listening()
         for writer in list(self._conns):
             writer.close()
         self._conns.clear()
+
+    async def _shut(self) -> None:
+        """Close everything, and let every handler end (a cancelled handler that never ran
+        would leave its socket open until the GC, which warns), so the loop can close clean."""
+        await self._close_all(listen=False)
+        while handlers := asyncio.all_tasks() - {asyncio.current_task()}:
+            _, hung = await asyncio.wait(handlers, timeout=2)
+            for task in hung:  # a client still connected through a handler started late
+                task.cancel()
+            await asyncio.gather(*hung, return_exceptions=True)
+        await asyncio.sleep(0.01)  # closed transports drop their sockets on the next turns
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.mode == "refuse":
             writer.close()
             return
+        opened = [writer]
         self._conns.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            opened.append(up_writer)
+            self._conns.add(up_writer)
+            back = asyncio.ensure_future(self._copy(up_reader, writer))
+            try:
+                await self._requests(reader, writer, up_writer)
+            finally:
+                back.cancel()
         except OSError:
-            writer.close()
             return
-        self._conns.add(up_writer)
-        back = asyncio.ensure_future(self._copy(up_reader, writer))
-        try:
-            await self._requests(reader, writer, up_writer)
-        finally:
-            back.cancel()
-            for w in (writer, up_writer):
+        finally:  # whatever ended it, a cancellation included
+            for w in opened:
                 self._conns.discard(w)
                 w.close()
 
