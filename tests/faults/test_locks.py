@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis as sync_redis
 
 from dispatch.queue.keys import queue_keys
@@ -29,14 +27,6 @@ FAST = {
     "DISPATCH_RENEW_EVERY": "0.5s",
     "DISPATCH_SHUTDOWN_GRACE": "1s",
 }
-
-
-@pytest.fixture
-def proxy(redis_url: str) -> Iterator[RedisProxy]:
-    upstream = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    proxy = RedisProxy(upstream).start()
-    yield proxy
-    proxy.stop()
 
 
 def traced(trace: Path, body: str) -> list[str]:

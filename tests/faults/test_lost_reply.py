@@ -4,7 +4,7 @@ whole lock and then counting a stall."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +21,6 @@ from dispatch.records.disk_log import RecordLog
 from tests.support.redis_proxy import RedisProxy
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def proxy(redis_url: str) -> Iterator[RedisProxy]:
-    proxy = RedisProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0])).start()
-    yield proxy
-    proxy.stop()
 
 
 @pytest.fixture
