@@ -180,8 +180,11 @@ class Worker:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, claim: Claim) -> None:
-        entry = Running(claim, renewed_at=self.clock.monotonic())
+    def _start(self, claim: Claim, sent: float) -> None:
+        # A lock judged from the claim's send: one that lapsed before the reply was read is
+        # stopped here, before its run can start (the processor then hands it back).
+        entry = Running(claim, renewed_at=sent)
+        self.locks.judge([entry])
         self.running[(claim.queue, claim.id)] = entry
         self.idle.clear()
         task = asyncio.create_task(self._run(entry))
