@@ -23,7 +23,8 @@ Counting, exactly:
   cause            why a job completed twice, the first that applies: `after_done` (one of
                    its runs was); what happened between its first end and the next run's
                    start to the daemon process that ran the first (`kill`, `freeze`) or to
-                   Redis (`pause`); `orphan` (the first run was); else `none`.
+                   Redis (`pause`), every kind that did, as `kill+pause`; `orphan` (the first
+                   run was); else `none`.
 """
 
 from __future__ import annotations
@@ -109,15 +110,19 @@ def overlaps(job_id: str, runs: list[Run], evidence: Evidence) -> int:
     return count
 
 
-def fault_between(first: Run, runs: list[Run], faults: list[Fault]) -> str | None:
-    """A fault on the first run's daemon or on Redis between its end and the next start."""
+def faults_between(first: Run, runs: list[Run], faults: list[Fault]) -> str | None:
+    """The kinds of fault, on the first run's daemon or on Redis, between its end and the
+    next start, joined by `+` ("kill+pause"); None when there was none."""
     lo = first.end_ns or 0
     hi = min((r.start_ns for r in runs if r.start_ns and r.start_ns > lo), default=NEVER)
-    for f in faults:
-        ours = f.target == "redis" or f.pid == first.daemon_pid
-        if ours and f.start_ns <= hi and f.end_ns >= lo:
-            return f.kind
-    return None
+    kinds = {
+        f.kind
+        for f in faults
+        if (f.target == "redis" or f.pid == first.daemon_pid)
+        and f.start_ns <= hi
+        and f.end_ns >= lo
+    }
+    return "+".join(sorted(kinds)) or None
 
 
 @dataclass
@@ -156,7 +161,7 @@ class Tally:
         first = next(r for r in runs if r.end_ns is not None)
         if late:
             return "after_done"
-        fault = fault_between(first, runs, self.evidence.faults)
+        fault = faults_between(first, runs, self.evidence.faults)
         if fault is not None:
             return fault
         return "orphan" if first.daemon_pid not in self.evidence.host_of else "none"
