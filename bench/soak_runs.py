@@ -20,11 +20,11 @@ Counting, exactly:
                    score in `done`, server ms): a daemon ran a job it no longer held.
   orphan           a run whose parent was not a daemon process the bench started: its daemon
                    was gone before the shell started, so nothing supervised it.
-  cause            why a job completed twice, the first that applies: `after_done` (one of
-                   its runs was); what happened between its first end and the next run's
-                   start to the daemon process that ran the first (`kill`, `freeze`) or to
-                   Redis (`pause`), every kind that did, as `kill+pause`; `orphan` (the first
-                   run was); else `none`.
+  cause            why a job completed twice, the first that applies: `after_done` (a run
+                   of it that started after it was done reached its end); what happened
+                   between its first end and the next run's start to the daemon process that
+                   ran the first (`kill`, `freeze`) or to Redis (`pause`), every kind that
+                   did, as `kill+pause`; `orphan` (the first run was); else `none`.
 """
 
 from __future__ import annotations
@@ -141,25 +141,25 @@ class Tally:
     def add(self, job_id: str, runs: list[Run], done_ms: int | None) -> None:
         ends = sum(r.end_ns is not None for r in runs)
         done_ns = (done_ms + 1) * 1_000_000 if done_ms is not None else NEVER
-        late = sum(r.start_ns is not None and r.start_ns > done_ns for r in runs)
+        late = [r for r in runs if r.start_ns is not None and r.start_ns > done_ns]
         orphans = sum(r.daemon_pid not in self.evidence.host_of for r in runs)
         self.runs += len(runs)
         self.killed_runs += len(runs) - ends
         self.overlapping_runs += overlaps(job_id, runs, self.evidence)
-        self.runs_after_done += late
+        self.runs_after_done += len(late)
         self.orphan_runs += orphans
         if ends:
             self.ended.add(job_id)
         if ends > 1:
             self.completed_twice += 1
-            cause = self._cause(runs, late)
+            cause = self._cause(runs, any(r.end_ns is not None for r in late))
             self.causes[cause] += 1
             if cause == "none":
                 self.unexplained.append(job_id)
 
-    def _cause(self, runs: list[Run], late: int) -> str:
+    def _cause(self, runs: list[Run], late_end: bool) -> str:
         first = next(r for r in runs if r.end_ns is not None)
-        if late:
+        if late_end:
             return "after_done"
         fault = faults_between(first, runs, self.evidence.faults)
         if fault is not None:
