@@ -28,3 +28,4 @@ bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.queue --json
 	.venv/bin/python -m bench.leases --json
 	.venv/bin/python -m bench.container --json
+	.venv/bin/python -m bench.soak --json

@@ -9,6 +9,10 @@
   flusher  ends finished claims in one script call together with the next claim (one round
            trip per batch), and appends their run records to the local log in one write.
 
+A claim is started with the instant its call was sent: Redis set the lock's deadline no
+earlier, so the lock keeper judges the claim from then, however late the reply was read (a
+frozen or overloaded daemon may read a lock that has already lapsed).
+
 A Redis fault in any of them is logged and retried; a finish that cannot be sent stays
 pending (its claim stays held and renewed) until Redis answers. A local log that cannot be
 written is logged and skipped: the finish carries the record to Redis all the same.
@@ -55,7 +59,7 @@ class Lane:
     clock: Clock
     records: RecordLog
     blocking: Redis
-    start: Callable[[Claim], None]
+    start: Callable[[Claim, float], None]  # a claim, and when the call that took it was sent
     pending: list[tuple[Finish, bytes | None]] = field(default_factory=list)
     flush_now: asyncio.Event = field(default_factory=asyncio.Event)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -112,6 +116,7 @@ class Lane:
         want = self.capacity.take(self.life.draining)
         if want == 0:
             return
+        sent = self.clock.monotonic()
         try:
             self.claiming += 1
             batch = await self.queue.claim(want, self.settings.host, self.settings.lock_ms)
@@ -123,9 +128,9 @@ class Lane:
             return
         finally:
             self.claiming -= 1
-        self.accept(batch, want)
+        self.accept(batch, want, sent)
 
-    def accept(self, batch: ClaimBatch, want: int) -> None:
+    def accept(self, batch: ClaimBatch, want: int, sent: float) -> None:
         self.capacity.give(want - len(batch.claims))
         # Redis says how far off the next due job is; the local clock counts that down.
         self.due_at = (
@@ -134,7 +139,7 @@ class Lane:
             else None
         )
         for claim in batch.claims:
-            self.start(claim)
+            self.start(claim, sent)
 
     async def recover(self, running: set[tuple[str, str]]) -> None:
         """After a claim call failed, hand back the claims of this host that nobody here runs:
@@ -188,6 +193,7 @@ class Lane:
         self._write_local(run for _, run in batch if run)
         items = [finish for finish, _ in batch]
         want = self.capacity.take(self.life.draining)
+        sent = self.clock.monotonic()
         try:
             self.claiming += 1
             if want:
@@ -206,7 +212,7 @@ class Lane:
             return
         finally:
             self.claiming -= 1
-        self._settle(items, oks, claimed, want)
+        self._settle(items, oks, claimed, want, sent)
 
     def _write_local(self, runs: Iterable[bytes]) -> None:
         """The local copy never keeps a claim from ending: the finish carries every record."""
@@ -216,12 +222,17 @@ class Lane:
             event("run_log_failed", queue=self.name, error=f"{type(exc).__name__}: {exc}")
 
     def _settle(
-        self, items: list[Finish], oks: list[bool], claimed: ClaimBatch | None, want: int
+        self,
+        items: list[Finish],
+        oks: list[bool],
+        claimed: ClaimBatch | None,
+        want: int,
+        sent: float,
     ) -> None:
         for item, ok in zip(items, oks, strict=True):
             if not ok:
                 event("finish_refused_lock_lost", job=item.id, action=item.action)
         if claimed is not None:
-            self.accept(claimed, want)
+            self.accept(claimed, want, sent)
             if len(claimed.claims) < want:
                 self.wake.set()  # the queue ran dry: let the pump re-arm its timer

@@ -34,7 +34,7 @@ from dispatch.log import event
 from dispatch.queue import keys
 from dispatch.queue.scripts import load_all
 from dispatch.queue.transitions import Claim, Finish, Queue
-from dispatch.reasons import SHUTDOWN
+from dispatch.reasons import LOCK_LOST, SHUTDOWN
 from dispatch.records.disk_log import RecordLog, encode
 
 __all__ = ["Running", "Timing", "Worker"]
@@ -194,8 +194,14 @@ class Worker:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, claim: Claim) -> None:
-        entry = Running(claim, renewed_at=self.clock.monotonic())
+    def _start(self, claim: Claim, sent: float) -> None:
+        # A lock judged from the claim's send: one that lapsed before the reply was read is
+        # stopped here, before its run can start (the processor then hands it back).
+        entry = Running(claim, renewed_at=sent)
+        self.locks.judge([entry])
+        old = self.running.get((claim.queue, claim.id))
+        if old is not None:  # claimed again after a sweep: the old claim is lost for good
+            old.signal.abort(LOCK_LOST, urgent=True)
         self.running[(claim.queue, claim.id)] = entry
         self.idle.clear()
         task = asyncio.create_task(self._run(entry))
@@ -209,7 +215,8 @@ class Worker:
         except Exception as exc:
             event("job_crashed", job=claim.id, error=f"{type(exc).__name__}: {exc}")
             ending = self.processor.crashed(claim, exc)
-        del self.running[(claim.queue, claim.id)]
+        if self.running.get((claim.queue, claim.id)) is entry:  # not a newer claim's
+            del self.running[(claim.queue, claim.id)]
         self._end(claim, ending)
         if not self.running:
             self.idle.set()

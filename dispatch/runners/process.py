@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import os
 import signal
+from functools import partial
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.reasons import COMMAND_NOT_FOUND, NO_COMMAND, SIGKILLED, STOP_TIMEOUT, killed_by
@@ -24,9 +25,13 @@ from dispatch.runners.output import OutputFile
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: SIGKILL when the daemon `parent` dies. The signal is armed
+    only from here on, so a daemon that died since the fork is caught by the check after."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # already an orphan: no run may outlive its daemon
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ProcessRunner(Runner):
@@ -49,7 +54,7 @@ class ProcessRunner(Runner):
                 env={**self.base_env, **job.env},
                 cwd=job.folder if job.kind == "local" else None,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=partial(_die_with_parent, os.getpid()),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)

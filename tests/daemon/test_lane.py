@@ -31,7 +31,7 @@ def lane_of(redis: Redis, prefix: str, tmp_path: Path, slots: int, clock: FakeCl
         clock,
         RecordLog(tmp_path),
         redis,
-        started.append,
+        lambda claim, sent: started.append(claim),
     )
 
 

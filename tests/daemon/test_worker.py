@@ -180,6 +180,27 @@ async def test_a_lost_lock_stops_the_run(daemon: Daemon, redis: Redis, tmp_path:
     assert await daemon.state(job_id) == "active"  # the other claim's, untouched
 
 
+async def test_a_job_claimed_again_while_its_old_claim_ends_runs_once_and_keeps_its_slot(
+    redis_url: str, redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A sweep handed the job back while this daemon still held its first claim (the soak saw
+    it after a Redis pause longer than the lock) and the daemon claimed it again: the first
+    claim is lost for good, so its run is stopped, and ending it must not drop the second."""
+    # renewals far apart, so only the second claim can tell the daemon the first is lost
+    settings = make_settings(redis_url, prefix, tmp_path, lock_ms=30_000, renew_s=5.0)
+    trace = tmp_path / "trace"
+    script = f"echo start >> {trace}; sleep 2; echo end >> {trace}"
+    async with running_daemon(settings) as d:
+        job_id = await d.submit("sh", "-c", script)
+        await eventually(lambda: _lines_are(trace, ["start"]))
+        keys = d.worker.lanes["jobs"].queue.keys
+        await redis.zadd(keys.active, {job_id: 0})  # its deadline passed: the sweeper takes it
+        assert await d.ended(job_id) == "completed"
+        await eventually(lambda: _is(d.worker.capacity.free, settings.concurrency))
+        assert not d.worker.running
+    assert _read(trace) == ["start", "start", "end"]  # the first run stopped, the second ran
+
+
 async def test_shutdown_aborts_a_long_job_and_puts_it_back_without_spending(
     redis_url: str, redis: Redis, prefix: str, tmp_path: Path
 ) -> None:
@@ -233,3 +254,15 @@ async def _exists(path: Path) -> bool:
 def _ms(instant: str) -> int:
     """An ISO-8601 UTC instant of a record as epoch milliseconds."""
     return round(datetime.fromisoformat(instant).timestamp() * 1000)
+
+
+def _read(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+async def _lines_are(path: Path, lines: list[str]) -> bool:
+    return _read(path) == lines
+
+
+async def _is(value: object, wanted: object) -> bool:
+    return value == wanted

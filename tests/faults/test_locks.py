@@ -15,7 +15,7 @@ from pathlib import Path
 import redis as sync_redis
 
 from dispatch.queue.keys import queue_keys
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, dispatch_json, wait_state
 from tests.support.polling import eventually_sync
 from tests.support.redis_proxy import RedisProxy
 
@@ -127,6 +127,30 @@ def test_a_frozen_daemon_loses_its_job_and_kills_the_stale_run_when_it_wakes(
 def _read(path: Path) -> str:
     """What a job wrote, once it is all there (the shell creates the file, then writes)."""
     return path.read_text().strip() if path.exists() else ""
+
+
+def test_a_claim_read_after_its_lock_lapsed_is_handed_back_not_run(
+    redis_url: str, prefix: str, tmp_path: Path, proxy: RedisProxy
+) -> None:
+    """Redis granted the claim, but the daemon read the reply 5 s later (frozen, overloaded):
+    the lock lapsed meanwhile and another host runs the job; the late reader must not."""
+    late = cli_env(proxy.url, prefix, tmp_path / "a", DISPATCH_HOST="ha", **FAST)
+    env_b = cli_env(redis_url, prefix, tmp_path / "b", DISPATCH_HOST="hb", **FAST)
+    env_b["DISPATCH_SWEEP_EVERY"] = "0.5s"
+    late["DISPATCH_SWEEP_EVERY"] = "60s"  # the other host sweeps and takes the job
+    trace = tmp_path / "trace"
+    with daemon(late):
+        eventually_sync(lambda: "worker_started" in daemon_log(late), 20)
+        with proxy.lagging(5.0):
+            job_id = dispatch(env_b, "submit", *traced(trace, "sleep 2")).stdout.strip()
+            lock = lambda: job_hash(redis_url, prefix, "lock", job_id) or ""  # noqa: E731
+            eventually_sync(lambda: lock().startswith("ha:"), 30)  # granted, not yet read
+            with daemon(env_b):
+                eventually_sync(lambda: f'"job":"{job_id}"' in daemon_log(late), 30)
+                assert wait_state(env_b, job_id, "completed", "failed", timeout=40) == "completed"
+    assert lines(trace) == ["start", "end"]
+    records = [r for r in dispatch_json(env_b, "runs") if r["id"] == job_id]
+    assert [(r["host"], r["outcome"]) for r in records] == [("hb", "completed")]
 
 
 def _alive(pid: int) -> bool:

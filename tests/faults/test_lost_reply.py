@@ -47,7 +47,7 @@ async def test_a_claim_whose_reply_was_lost_is_handed_back(
         SystemClock(),
         RecordLog(tmp_path),
         through,
-        started.append,
+        lambda claim, sent: started.append(claim),
     )
     await through.ping()  # connected (the handshake answered) before replies go missing
     with proxy.fault("deaf"):
@@ -70,7 +70,7 @@ async def test_a_claim_this_process_runs_is_not_handed_back(
     settings = Settings(redis_url="", embedded=False, prefix=prefix, host="h1")
     lane = Lane(
         queue, settings, Timing(), Capacity(1, 10), Lifecycle(), SystemClock(),
-        RecordLog(tmp_path), redis, lambda c: None,
+        RecordLog(tmp_path), redis, lambda claim, sent: None,
     )  # fmt: skip
     lane.unsure = True
     await lane.recover(running={(claim.id, claim.token)})

@@ -7,6 +7,9 @@ Modes:
   error      answer every command with one error reply (READONLY, OOM, BUSY, LOADING...),
              as a server in failover, out of memory or busy with a script;
   deaf       forward requests but drop every reply: the command runs, its answer is lost.
+Apart from the mode, `lagging(s)` holds every reply back `s` seconds (in order, connections
+kept) while requests still reach the server at once: a client that reads its socket late,
+as a frozen or overloaded daemon does, or one on a congested link.
 
 It runs on a loop of its own in a thread, so real daemon processes and the test's own
 clients can both go through it. Requests are parsed as RESP arrays, so a pipeline of n
@@ -34,6 +37,7 @@ class RedisProxy:
         self.port = free_port()
         self.mode = "pass"
         self.error = READONLY
+        self.lag_s = 0.0
         self._loop = asyncio.new_event_loop()
         self._conns: set[asyncio.StreamWriter] = set()
         self._listener: socket.socket | None = None
@@ -71,6 +75,14 @@ class RedisProxy:
             yield
         finally:
             self.set_mode("pass")
+
+    @contextlib.contextmanager
+    def lagging(self, seconds: float) -> Iterator[None]:
+        self.lag_s = seconds
+        try:
+            yield
+        finally:
+            self.lag_s = 0.0
 
     def _call(self, coro: Any) -> Any:
         done: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -167,10 +179,33 @@ class RedisProxy:
             # blackhole: swallowed, no answer
 
     async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while data := await reader.read(65536):
-                if self.mode != "deaf":
-                    writer.write(data)
+        """Replies to the client, each held back by the lag in force when it arrived."""
+        held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        sender = asyncio.ensure_future(_send_when_due(held, writer))
+        try:
+            with contextlib.suppress(OSError):
+                while data := await reader.read(65536):
+                    if self.mode != "deaf":
+                        held.put_nowait((self._loop.time() + self.lag_s, data))
+            held.put_nowait((0.0, b""))  # the server closed: what is held still goes out
+            await sender
+        except asyncio.CancelledError:
+            pass
+        finally:
+            sender.cancel()
+
+
+async def _send_when_due(
+    held: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
+) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        due, data = await held.get()
+        if not data:
+            return
+        await asyncio.sleep(max(due - loop.time(), 0.0))
+        with contextlib.suppress(OSError):
+            writer.write(data)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
