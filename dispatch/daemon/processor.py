@@ -214,6 +214,7 @@ class Processor:
             grace_s=self.s.stop_grace_s,
             signal=signal,
         )
+        signal.before_start()
         if signal.reason in HAND_BACK:  # aborted in the gates: nothing ran, nothing spent
             return self._defer(claim, Defer(HAND_BACK[signal.reason], signal.reason), job)
         if signal.reason == OPERATOR_CANCEL:  # cancelled in the gates: it never starts

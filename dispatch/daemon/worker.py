@@ -199,6 +199,7 @@ class Worker:
         # stopped here, before its run can start (the processor then hands it back).
         entry = Running(claim, renewed_at=sent)
         self.locks.judge([entry])
+        entry.signal.judged_by(lambda: self.locks.judge([entry]))
         old = self.running.get((claim.queue, claim.id))
         if old is not None:  # claimed again after a sweep: the old claim is lost for good
             old.signal.abort(LOCK_LOST, urgent=True)
@@ -217,7 +218,11 @@ class Worker:
             ending = self.processor.crashed(claim, exc)
         if self.running.get((claim.queue, claim.id)) is entry:  # not a newer claim's
             del self.running[(claim.queue, claim.id)]
-        self._end(claim, ending)
+        try:
+            self._end(claim, ending)
+        except Exception as exc:  # a bug here must not take the idle flag or a slot with it
+            event("job_end_failed", job=claim.id, error=f"{type(exc).__name__}: {exc}")
+            self.capacity.give(1)
         if not self.running:
             self.idle.set()
 

@@ -55,13 +55,24 @@ class AbortSignal:
     `urgent` cuts the stop grace short: set when the claim is known or presumed lost, so the
     run is killed at once rather than after the grace (another host may already run it)."""
 
-    __slots__ = ("_callbacks", "event", "reason", "urgent")
+    __slots__ = ("_before_start", "_callbacks", "event", "reason", "urgent")
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.urgent = asyncio.Event()
         self.reason = ""
         self._callbacks: list[Callable[[], object]] = []
+        self._before_start: Callable[[], object] | None = None
+
+    def judged_by(self, judge: Callable[[], object]) -> None:
+        """Who looks at the claim once more just before its run starts (the lock keeper)."""
+        self._before_start = judge
+
+    def before_start(self) -> None:
+        """The last look before a run starts: a daemon that was frozen between its claim and
+        here aborts now, rather than at its next renewal tick, after the run began."""
+        if self._before_start is not None:
+            self._before_start()
 
     def abort(self, reason: str, *, urgent: bool = False) -> None:
         if urgent:

@@ -398,3 +398,15 @@ async def test_a_stalled_attempt_whose_record_is_of_a_stopped_run_runs_again(
     )
     result = msgspec.json.decode(ending.payload, type=Result)
     assert runner.runs == 1 and (result.outcome, result.exit_code) == ("completed", 0)
+
+
+async def test_a_claim_judged_lost_just_before_the_run_never_starts(tmp_path: Path) -> None:
+    """A daemon frozen between its claim and the run's start: the lock keeper's last look,
+    just before the start, hands the job back instead of running it without a live claim."""
+    runner, signal = Runner(), AbortSignal()
+    signal.judged_by(lambda: signal.abort(LOCK_LOST, urgent=True))
+    ending = await processor(runner, [], tmp_path).process(
+        claim_of(Job(id="j11", command=["true"])), signal
+    )
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert (ending.action, deferred.reason, runner.runs) == ("defer", LOCK_LOST, 0)
