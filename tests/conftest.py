@@ -53,9 +53,12 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Markers from where a test lives and what it needs, so none can be forgotten: `docker`
-    for a test that asks for the engine, `e2e` for the multi-process and CLI tests."""
+    for a test that asks for the engine, `e2e` for the multi-process and CLI tests, `slow` for
+    the fault tests."""
     for item in items:
         if "docker_host" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
         if "e2e" in item.path.parts:
             item.add_marker(pytest.mark.e2e)
+        if "faults" in item.path.parts:  # real daemons, proxies, engines: seconds each
+            item.add_marker(pytest.mark.slow)
