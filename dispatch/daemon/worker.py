@@ -30,6 +30,7 @@ from dispatch.daemon.lock_keeper import LockKeeper, Running
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
 from dispatch.daemon.upkeep import Upkeep
+from dispatch.errors import RedisUnavailable
 from dispatch.log import event
 from dispatch.queue import keys
 from dispatch.queue.scripts import load_all
@@ -40,6 +41,8 @@ from dispatch.records.disk_log import RecordLog, encode
 __all__ = ["Running", "Timing", "Worker"]
 
 FLUSH_AT_SHUTDOWN_S = 10.0
+START_RETRY_S = 0.5
+MAX_START_RETRY_S = 15.0
 UNSTOPPED_SLACK_S = 15.0  # past the stop grace, how long shutdown waits for runs to be gone
 
 
@@ -92,9 +95,8 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then shut down gracefully."""
-        await load_all(self.redis)
-        await self.upkeep.beat(self.t.heartbeat_s)
-        await self.redis.sadd(keys.hosts_registry(self.s.prefix), self.s.host)
+        if not await self._start_serving(stop):
+            return
         event(
             "worker_started",
             host=self.s.host,
@@ -107,6 +109,24 @@ class Worker:
         await self._close(background)
         self.records.close()
         event("worker_stopped", host=self.s.host)
+
+    async def _start_serving(self, stop: asyncio.Event) -> bool:
+        """Load the scripts, beat once (which follows the fleet's pause) and register, retried
+        with backoff while Redis fails: a fault at start does not end the daemon. False when
+        stopped first."""
+        backoff = START_RETRY_S
+        while not stop.is_set():
+            try:
+                await load_all(self.redis)
+                await self.upkeep.beat(self.t.heartbeat_s)
+                await self.redis.sadd(keys.hosts_registry(self.s.prefix), self.s.host)
+                return True
+            except (RedisError, RedisUnavailable, OSError) as exc:
+                event("start_retry", error=str(exc) or type(exc).__name__, in_s=backoff)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff)
+            backoff = min(backoff * 2, MAX_START_RETRY_S)
+        return False
 
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
         life = self.life
