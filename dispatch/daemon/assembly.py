@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
-from dispatch.daemon.boot import boot_until_done, reconcile_every
+from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.processor import Processor, ProcessorSettings
@@ -34,6 +34,7 @@ from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
+from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
 from dispatch.runners.process import ProcessRunner
@@ -78,11 +79,20 @@ async def _serve_as_owner(
     config = ConfigFiles(settings.config_dir, SystemClock())
     queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
     async with gated_processor(settings, redis, runner, config) as processor:
-        worker = Worker(settings, redis, processor, blocking=blocking)
+        worker = Worker(settings, redis, processor, blocking=blocking, records=processor.local_log)
+        left = _left_records(processor)
         async with _owned(owner, worker, stop):
             # nothing is claimed before the runs a predecessor left are known gone
-            if await boot_until_done(redis, runner, settings.host, settings.prefix, queues, stop):
+            if await boot_until_done(
+                redis, runner, settings.host, settings.prefix, queues, stop, left=left
+            ):
                 await _work(settings, worker, runner, config, queues, stop)
+
+
+def _left_records(processor: Processor) -> LeftRecords | None:
+    if processor.local_log is None or processor.mirror is None:
+        return None
+    return LeftRecords(processor.local_log, processor.mirror, processor.clock)
 
 
 @contextlib.asynccontextmanager
@@ -150,6 +160,7 @@ async def gated_processor(
             config.current,
             deps.mirror,
             EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
+            RecordLog(settings.state_dir),
         )
 
 

@@ -8,11 +8,15 @@ predecessor that died or was stopped mid-run. In this order:
   2. reap: the runner stops and removes the runs of this host that no live claim owns; a claim
      about to be handed back does not count as live (its run is the predecessor's, and must
      stop before the job can run again);
-  3. hand those claims back to the head of wait (`Queue.hand_back`): they run again at once,
+  3. a claim whose run reached its own exit, known only to this host's run log (the
+     predecessor died before Redis had the record), gets that record put in the fleet's
+     mirror, so the hand-back leaves it to end as it ran (settled gate) instead of running it
+     again;
+  4. hand those claims back to the head of wait (`Queue.hand_back`): they run again at once,
      spending no attempt and counting no stall, rather than lapsing with their lock (a claim
      whose run was recorded before its finish landed is left to lapse: after that stall the
      settled gate ends it as recorded, rather than running it twice);
-  4. free this host's stale fleet lease holders (`sweep_host`).
+  5. free this host's stale fleet lease holders (`sweep_host`).
 
 A step runs only once the one before it succeeded, so a claim is handed on, and a lease freed,
 only when its run is known gone (for Docker: listed and removed). A failed boot is logged and
@@ -31,22 +35,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from dispatch.clock import Clock
 from dispatch.errors import DispatchError
 from dispatch.fleet.leases import known_leases, sweep_host
+from dispatch.gates.settled import own_exit
 from dispatch.log import event
 from dispatch.queue.transitions import Queue
+from dispatch.records.disk_log import RecordLog
+from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
 
 Pair = tuple[str, str]  # (job id, lock token); a run's fence is its claim's token
 _FAULTS = (DispatchError, RedisError, OSError)
 
 
+@dataclass(frozen=True)
+class LeftRecords:
+    """Where a predecessor's finished runs may be found: this host's run log, and the fleet's
+    mirror they are copied into."""
+
+    log: RecordLog
+    mirror: RunMirror
+    clock: Clock
+
+
 async def boot(
-    redis: Redis, runner: Runner, host: str, prefix: str, queues: Sequence[Queue]
+    redis: Redis,
+    runner: Runner,
+    host: str,
+    prefix: str,
+    queues: Sequence[Queue],
+    left: LeftRecords | None = None,
 ) -> bool:
     """One attempt at the boot; False when a step could not be done (logged)."""
     try:
@@ -61,6 +85,8 @@ async def boot(
         return False
     try:
         for queue, pairs in mine.items():
+            if left is not None:
+                await _recover_records(queue, pairs, left)
             await _hand_back(queue, pairs)
         await sweep_host(redis, await known_leases(redis, prefix), host)
     except _FAULTS as exc:
@@ -77,13 +103,14 @@ async def boot_until_done(
     queues: Sequence[Queue],
     stop: asyncio.Event,
     *,
+    left: LeftRecords | None = None,
     first_s: float = 1.0,
     most_s: float = 30.0,
 ) -> bool:
     """Boot, retrying with backoff; False only when `stop` was set first."""
     delay = first_s
     while not stop.is_set():
-        if await boot(redis, runner, host, prefix, queues):
+        if await boot(redis, runner, host, prefix, queues, left):
             return True
         event("boot_retry", host=host, in_s=round(delay, 1))
         if await _stopped_within(stop, delay):
@@ -121,6 +148,17 @@ async def reconcile_every(
 
 async def _claims(queues: Sequence[Queue]) -> set[Pair]:
     return {pair for queue in queues for pair in await queue.claims()}
+
+
+async def _recover_records(queue: Queue, pairs: Sequence[Pair], left: LeftRecords) -> None:
+    tokens = dict(pairs)
+    if not tokens:
+        return
+    found = [r for r in left.log.read() if tokens.get(r.id) == r.claim and r.queue == queue.name]
+    for record in found:
+        if own_exit(record):
+            await left.mirror.put(queue.name, record, left.clock.now_ms())
+            event("run_recovered_from_log", job=record.id, attempt=record.attempt)
 
 
 async def _hand_back(queue: Queue, pairs: Sequence[Pair]) -> None:

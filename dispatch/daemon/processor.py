@@ -87,6 +87,8 @@ from dispatch.reasons import (
     SHUTDOWN,
     Outcome,
 )
+from dispatch.records.disk_log import RecordLog
+from dispatch.records.disk_log import encode as encode_record
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
 
@@ -127,6 +129,7 @@ class Ending:
     delay_ms: int = 0
     record: RunRecord | None = None
     mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
+    logged: bool = False  # the record is already in this host's run log
     cancelled: bytes = b""  # retry/defer: the result to finish with if a cancel request stands
 
 
@@ -140,8 +143,10 @@ class Processor:
         config: Callable[[], ConfigSnapshot] | None = None,
         mirror: RunMirror | None = None,
         engine_wait: EngineWait | None = None,
+        local_log: RecordLog | None = None,
     ) -> None:
-        """Without `engine_wait`, a run the engine never answered is retried as infra."""
+        """Without `engine_wait`, a run the engine never answered is retried as infra. With
+        `local_log`, a run's record is on this host's disk before anything else is tried."""
         self.s = settings
         self.runner = runner
         self.gates = list(gates)
@@ -149,6 +154,7 @@ class Processor:
         self.config = config or ConfigSnapshot
         self.mirror = mirror
         self.engine_wait = engine_wait
+        self.local_log = local_log
         self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
@@ -234,9 +240,23 @@ class Processor:
         degraded = pickup.degraded()
         if ending.record is not None and degraded:  # the fleet bound was not checked: say so
             ending.record = msgspec.structs.replace(ending.record, degraded=degraded)
+        if ending.record is not None and result.started:
+            ending.logged = self._log_local(ending.record)
         if ending.action != "defer" and ending.record is not None and result.started:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
+
+    def _log_local(self, record: RunRecord) -> bool:
+        """On this host's disk first: should the daemon die before Redis has the record, its
+        successor's boot finds it there and the job ends as it ran, not runs again."""
+        if self.local_log is None:
+            return False
+        try:
+            self.local_log.append([encode_record(record)])
+        except Exception as exc:  # the finish carries the record to Redis all the same
+            event("run_log_failed", job=record.id, error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
 
     async def _engine_hold(
         self, claim: Claim, result: RunResult, abort_reason: str

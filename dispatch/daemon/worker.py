@@ -250,6 +250,7 @@ class Worker:
         record = ending.record
         run_json = encode(record) if record else None
         fleet_copy = None if ending.mirrored else run_json  # already in Redis: write it once
+        local_copy = None if ending.logged else run_json  # already on disk: write it once
         finish = Finish(
             ending.action,
             claim.id,
@@ -260,5 +261,5 @@ class Worker:
             fleet_copy or b"",
             ending.cancelled,
         )
-        self.lanes[claim.queue].end(finish, run_json)
+        self.lanes[claim.queue].end(finish, local_copy)
         self.capacity.give(1)

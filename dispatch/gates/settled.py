@@ -49,10 +49,11 @@ class SettledGate:
 
 def settles(record: RunRecord, token: str) -> bool:
     """Whether the claim holding `token` must end as `record` says."""
-    return _earlier(record.claim, token) and _own_exit(record)
+    return _earlier(record.claim, token) and own_exit(record)
 
 
-def _own_exit(record: RunRecord) -> bool:
+def own_exit(record: RunRecord) -> bool:
+    """The run reached its own exit: a record that may settle a later pickup."""
     if record.started_at is None:
         return False
     if record.outcome == COMPLETED:
