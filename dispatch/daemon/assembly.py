@@ -148,20 +148,24 @@ async def gated_processor(
             mirror=RunMirror(redis, settings.prefix),
             clock=clock,
         )
-        yield Processor(
-            ProcessorSettings(
-                host=settings.host,
-                output_dir=settings.state_dir / "output",
-                stop_grace_s=settings.stop_grace_s,
-            ),
-            runner,
-            pipeline(deps),
-            clock,
-            config.current,
-            deps.mirror,
-            EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
-            RecordLog(settings.state_dir),
-        )
+        records = RecordLog(settings.state_dir)
+        try:
+            yield Processor(
+                ProcessorSettings(
+                    host=settings.host,
+                    output_dir=settings.state_dir / "output",
+                    stop_grace_s=settings.stop_grace_s,
+                ),
+                runner,
+                pipeline(deps),
+                clock,
+                config.current,
+                deps.mirror,
+                EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
+                records,
+            )
+        finally:
+            records.close()
 
 
 async def follow_config(

@@ -144,7 +144,7 @@ def test_a_claim_read_after_its_lock_lapsed_is_handed_back_not_run(
         with proxy.lagging(5.0):
             job_id = dispatch(env_b, "submit", *traced(trace, "sleep 2")).stdout.strip()
             lock = lambda: job_hash(redis_url, prefix, "lock", job_id) or ""  # noqa: E731
-            eventually_sync(lambda: lock().startswith("ha:"), 30)  # granted, not yet read
+            eventually_sync(lambda: lock().startswith("ha:"), 60)  # granted, not yet read
             with daemon(env_b):
                 eventually_sync(lambda: f'"job":"{job_id}"' in daemon_log(late), 30)
                 assert wait_state(env_b, job_id, "completed", "failed", timeout=40) == "completed"
