@@ -30,6 +30,7 @@ class Upkeep:
         self.redis = redis
         self.clock = clock
         self.running = running
+        self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
         """Sweep one queue; the ids put back in wait."""
@@ -49,4 +50,10 @@ class Upkeep:
         alive = keys.host_alive(self.s.host, self.s.prefix)
         payload = encoder.encode({"host": self.s.host, "running": self.running()})
         await self.redis.set(alive, payload, px=int(period_s * 3000))
-        await fleet_pause.follow(self.redis, self.s.prefix, self.s.queues)
+        # the pause is followed every other beat (an idle daemon stays near one command a
+        # second); the first beat, before any claim, also registers the queues
+        if self._beats % 2 == 0:
+            await fleet_pause.follow(
+                self.redis, self.s.prefix, self.s.queues, register=self._beats == 0
+            )
+        self._beats += 1

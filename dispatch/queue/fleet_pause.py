@@ -25,7 +25,8 @@ What is guaranteed, for daemons of this release:
   was in use, gets its first job later, or belongs to a host that starts later; jobs claimed
   before it (in the gates, or running) go on;
 - once `dispatch resume` has returned, every registered queue claims again, except one that a
-  daemon starting at that moment paused again: that daemon lifts it with its next heartbeat.
+  daemon starting at that moment paused again: that daemon lifts it at its next pause check
+  (every other heartbeat).
 Not guaranteed: a daemon of an older release pauses nothing itself (its host queue is paused
 only if it was registered when `dispatch pause` ran); and a pause and a resume given at the
 same moment end as either order would, queue by queue, until the daemons' next heartbeats
@@ -113,15 +114,18 @@ async def state(redis: Redis, prefix: str, names: Iterable[str]) -> PauseState:
     return PauseState(decode(raw), [n for n, f in zip(names, flags, strict=True) if f])
 
 
-async def follow(redis: Redis, prefix: str, names: Iterable[str]) -> None:
-    """A daemon's side: register its queues, then bring their pause in line with the fleet's."""
+async def follow(redis: Redis, prefix: str, names: Iterable[str], register: bool = True) -> None:
+    """A daemon's side: register its queues (needed once: before its first claim), then bring
+    their pause in line with the fleet's."""
     queues = [Queue(redis, name, prefix) for name in names]
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.sadd(keys.queues_registry(prefix), *(q.name for q in queues))
+        if register:
+            pipe.sadd(keys.queues_registry(prefix), *(q.name for q in queues))
         for q in queues:
             pipe.get(q.keys.paused)
         pipe.get(keys.fleet_paused(prefix))  # last: after the store and the copies were read
-        _, *copies, raw = await pipe.execute()
+        replies = await pipe.execute()
+    copies, raw = replies[int(register) : -1], replies[-1]
     standing = decode(raw)
     for q, copy in zip(queues, copies, strict=True):
         await _align(q, _text(copy) if copy is not None else None, standing)
