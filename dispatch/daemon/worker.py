@@ -131,7 +131,9 @@ class Worker:
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
         life = self.life
         loops = [
-            every("renew", self.s.renew_s, self._renew, life),
+            every("renew", self.s.renew_s, self.locks.tick, life),
+            # apart from the renewals: a hung Redis call here must never delay a lock's judgement
+            every("recover", self.s.renew_s, self._recover, life),
             every(
                 "heartbeat", self.t.heartbeat_s, lambda: self.upkeep.beat(self.t.heartbeat_s), life
             ),
@@ -147,8 +149,7 @@ class Worker:
             ]
         return loops
 
-    async def _renew(self) -> None:
-        await self.locks.tick()
+    async def _recover(self) -> None:
         for lane in self.lanes.values():
             await lane.recover(self.held())
 
