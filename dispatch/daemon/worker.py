@@ -249,7 +249,8 @@ class Worker:
 
     def _end(self, claim: Claim, ending: Ending) -> None:
         record = ending.record
-        run_json = encode(record) if record else None
+        written = ending.mirrored and ending.logged  # the usual case: nothing left to encode
+        run_json = encode(record) if record and not written else None
         fleet_copy = None if ending.mirrored else run_json  # already in Redis: write it once
         local_copy = None if ending.logged else run_json  # already on disk: write it once
         finish = Finish(
