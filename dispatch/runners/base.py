@@ -114,6 +114,13 @@ class RunContext:
         """Ask the runner to stop; the first reason given is the one recorded."""
         self.signal.abort(reason)
 
+    def may_start(self) -> bool:
+        """The last look at the claim, called at the point of no return (the spawn, the
+        container start) with no await before it: a daemon frozen anywhere earlier on the
+        way finds its claim lost here, not at its next renewal tick after the run began."""
+        self.signal.before_start()
+        return not self.signal.event.is_set()
+
 
 async def within_grace(ctx: RunContext, stopping: asyncio.Future[Any]) -> bool:
     """Wait for `stopping` up to the stop grace, less if the abort turns urgent; True when it

@@ -18,7 +18,14 @@ import signal
 from functools import partial
 
 from dispatch.clock import Clock, SystemClock
-from dispatch.reasons import COMMAND_NOT_FOUND, NO_COMMAND, SIGKILLED, STOP_TIMEOUT, killed_by
+from dispatch.reasons import (
+    ABORTED_BEFORE_START,
+    COMMAND_NOT_FOUND,
+    NO_COMMAND,
+    SIGKILLED,
+    STOP_TIMEOUT,
+    killed_by,
+)
 from dispatch.runners.base import IsLive, RunContext, Runner, RunResult, within_grace
 from dispatch.runners.output import OutputFile
 
@@ -45,6 +52,8 @@ class ProcessRunner(Runner):
         job = ctx.job
         if not job.command:
             return RunResult(started=False, refusal=NO_COMMAND)
+        if not ctx.may_start():  # the spawn below forks before its first await
+            return RunResult(started=False, error=ABORTED_BEFORE_START)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *job.command,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dispatch.model import Job
+from dispatch.reasons import ABORTED_BEFORE_START, LOCK_LOST
 from dispatch.runners.base import RunContext, classify
 from dispatch.runners.process import ProcessRunner, _die_with_parent
 
@@ -39,3 +40,32 @@ def test_a_child_whose_daemon_died_before_the_signal_was_armed_never_runs() -> N
     not_the_parent = os.getpid() + 1_000_000  # no process has this pid, ours least of all
     child = subprocess.Popen(["true"], preexec_fn=partial(_die_with_parent, not_the_parent))
     assert child.wait(timeout=10) == -9
+
+
+@pytest.mark.anyio
+async def test_a_claim_judged_lost_at_the_spawn_never_forks(tmp_path: Path) -> None:
+    """The lock keeper's last look comes right before the fork: a daemon frozen anywhere
+    between its claim and here spawns nothing."""
+    marker = tmp_path / "ran"
+    ctx = RunContext(
+        job=Job(id="j", command=["touch", str(marker)]), attempt=1, host="h", fence="1",
+        output_path=tmp_path / "out",
+    )  # fmt: skip
+    ctx.signal.judged_by(lambda: ctx.signal.abort(LOCK_LOST, urgent=True))
+    result = await ProcessRunner().run(ctx)
+    assert (result.started, result.error) == (False, ABORTED_BEFORE_START)
+    assert not marker.exists()
+
+
+@pytest.mark.anyio
+async def test_a_claim_judged_live_at_the_spawn_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    ctx = RunContext(
+        job=Job(id="j", command=["touch", str(marker)]), attempt=1, host="h", fence="1",
+        output_path=tmp_path / "out",
+    )  # fmt: skip
+    looked: list[bool] = []
+    ctx.signal.judged_by(lambda: looked.append(True))
+    result = await ProcessRunner().run(ctx)
+    assert looked and (result.started, result.exit_code) == (True, 0)
+    assert marker.exists()

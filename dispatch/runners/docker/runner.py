@@ -299,6 +299,9 @@ class DockerRunner(Runner):
         except DockerError as exc:
             return _never_started(ctx, name, exc)
         attached = Attachment(self.client, cid, waiter)
+        if not ctx.may_start():
+            await attached.aclose()
+            return RunResult(started=False, error=ABORTED_BEFORE_START)
         try:
             try:
                 await self.client.start(cid)

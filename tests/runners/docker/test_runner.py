@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dispatch.model import Size
+from dispatch.reasons import ABORTED_BEFORE_START, LOCK_LOST
 from dispatch.runners.base import TRUNCATION_MARK, RunContext, classify
 from dispatch.runners.docker import (
     LABEL_HOST,
@@ -216,3 +217,22 @@ async def test_a_full_disk_loses_the_output_not_the_run(runner, tmp_path, host_l
     result = await runner.run(ctx)
     assert (result.exit_code, result.output_lost) == (0, True)
     assert classify(result, ctx.abort_reason) == ("completed", "")
+
+
+async def test_a_claim_judged_lost_at_the_start_never_starts_its_container(
+    runner, docker, tmp_path, host_label
+):
+    """The last look happens after the create, just before the start (a daemon frozen while
+    creating): the container never runs and is removed."""
+    ctx = make_ctx(tmp_path, host_label, ["sh", "-c", f"touch {tmp_path}/ran"])
+    looked: list[bool] = []
+
+    def judge() -> None:
+        looked.append(True)
+        ctx.signal.abort(LOCK_LOST, urgent=True)
+
+    ctx.signal.judged_by(judge)
+    result = await runner.run(ctx)
+    assert looked and not result.started
+    assert result.error == ABORTED_BEFORE_START
+    assert await _leftovers(docker, host_label) == []
