@@ -156,8 +156,7 @@ async def _recover_records(queue: Queue, pairs: Sequence[Pair], left: LeftRecord
         return
     found = [r for r in left.log.read() if tokens.get(r.id) == r.claim and r.queue == queue.name]
     for record in found:
-        if own_exit(record):
-            await left.mirror.put(queue.name, record, left.clock.now_ms())
+        if own_exit(record) and await left.mirror.put(queue.name, record, left.clock.now_ms()):
             event("run_recovered_from_log", job=record.id, attempt=record.attempt)
 
 

@@ -273,11 +273,13 @@ class Processor:
         if self.mirror is None:
             return False
         try:
-            await self.mirror.put(claim.queue, record, self.clock.now_ms())
+            stored = await self.mirror.put(claim.queue, record, self.clock.now_ms())
         except Exception as exc:  # then the finish carries the record, as without a mirror
             event("run_mirror_failed", job=claim.id, error=str(exc))
             return False
-        return True
+        if not stored:  # the claim is gone: its finish will be refused too
+            event("run_record_refused_lock_lost", job=claim.id, attempt=claim.attempt)
+        return stored
 
     def _settled(self, claim: Claim, job: Job, record: RunRecord) -> Ending:
         """End as the recorded run ended, retrying only what a run would have retried."""

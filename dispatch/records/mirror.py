@@ -3,6 +3,11 @@
 A container's outcome is mirrored as soon as it is known, before the claim is ended: if this
 daemon dies in between, the job's next pickup finds the record (the settled-record gate) and
 finishes with that outcome instead of running the container a second time.
+
+A record is stored only while the claim that ran it still holds the job's lock (`run_record`
+checks the token and writes in one step): a run that outlived its claim (a daemon frozen or
+cut off past its lock, the job handed back and perhaps run again elsewhere) reports nothing
+the fleet will read, neither to `why` and `runs` nor to a later settled-record gate.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from redis.asyncio import Redis
 from dispatch.model import RunRecord
 from dispatch.queue.faults import redis_call
 from dispatch.queue.keys import DEFAULT_PREFIX, queue_keys
+from dispatch.queue.scripts import checked, script
 from dispatch.records.disk_log import decode, encode
+
+Pending = tuple[str, RunRecord, int, "asyncio.Future[bool]"]  # queue, record, ended ms, stored
 
 
 class RunMirror:
@@ -26,15 +34,18 @@ class RunMirror:
     def __init__(self, redis: Redis, prefix: str = DEFAULT_PREFIX) -> None:
         self.redis = redis
         self.prefix = prefix
-        self._pending: list[tuple[str, RunRecord, int, asyncio.Future[None]]] = []
+        self._pending: list[Pending] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def put(self, queue: str, record: RunRecord, ended_ms: int) -> None:
-        stored = asyncio.get_running_loop().create_future()
+    async def put(self, queue: str, record: RunRecord, ended_ms: int) -> bool:
+        """True once stored; False when its claim no longer holds the lock (or it names none)."""
+        if not record.claim:
+            return False
+        stored: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((queue, record, ended_ms, stored))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._drain())
-        await stored
+        return await stored
 
     async def _drain(self) -> None:
         try:
@@ -42,26 +53,28 @@ class RunMirror:
                 await asyncio.sleep(0)  # let the runs ending in this tick join the batch
                 batch, self._pending = self._pending, []
                 try:
-                    await self._write(batch)
+                    stored = await self._write(batch)
                 except Exception as exc:
-                    _settle(batch, exc)
+                    _settle(batch, exc, set())
                 else:
-                    _settle(batch, None)
+                    _settle(batch, None, stored)
         finally:
             self._writer = None
 
-    async def _write(self, batch: list[tuple[str, RunRecord, int, asyncio.Future[None]]]) -> None:
-        records: dict[str, dict[str, bytes]] = {}
-        ended: dict[str, dict[str, int]] = {}
+    async def _write(self, batch: list[Pending]) -> set[tuple[str, str]]:
+        """One script call per queue (a batch is nearly always one queue); (queue, run id)
+        of each record stored."""
+        args: dict[str, list[str | bytes | int]] = {}
         for queue, record, ended_ms, _ in batch:
-            records.setdefault(queue, {})[record.run_id] = encode(record)
-            ended.setdefault(queue, {})[record.run_id] = ended_ms
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for queue, by_id in records.items():  # one HSET and one ZADD per queue
-                k = queue_keys(queue, self.prefix)
-                pipe.hset(k.runs, mapping=by_id)  # type: ignore[arg-type]
-                pipe.zadd(k.runs_idx, ended[queue])
-            await pipe.execute()
+            args.setdefault(queue, []).extend(
+                [record.id, record.claim, record.run_id, encode(record), ended_ms]
+            )
+        stored: set[tuple[str, str]] = set()
+        for queue, argv in args.items():
+            k = queue_keys(queue, self.prefix)
+            reply = await script("run_record")(self.redis, [k.lock, k.runs, k.runs_idx], argv)
+            stored.update((queue, run_id.decode()) for run_id in checked(reply, "run record"))
+        return stored
 
     async def get(self, queue: str, run_id: str) -> RunRecord | None:
         """The mirrored record, or None when there is none or it does not decode; a fault of
@@ -76,13 +89,11 @@ class RunMirror:
             return None
 
 
-def _settle(
-    batch: list[tuple[str, RunRecord, int, asyncio.Future[None]]], error: Exception | None
-) -> None:
-    for *_, stored in batch:
-        if stored.done():  # its caller gave up waiting
+def _settle(batch: list[Pending], error: Exception | None, stored: set[tuple[str, str]]) -> None:
+    for queue, record, _, done in batch:
+        if done.done():  # its caller gave up waiting
             continue
         if error is None:
-            stored.set_result(None)
+            done.set_result((queue, record.run_id) in stored)
         else:
-            stored.set_exception(error)
+            done.set_exception(error)

@@ -35,6 +35,7 @@ from dispatch.reasons import (
 )
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
+from tests.support.mirror import hold, stored_by_its_claim
 from tests.support.pickups import claim_of
 
 pytestmark = pytest.mark.anyio
@@ -138,9 +139,9 @@ async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
     job = Job(id="j2", command=["true"])
     recorded = RunRecord(
         id="j2", attempt=1, host="gone", queue="jobs", outcome="completed", exit_code=0,
-        started_at="2026-01-01T00:00:00.000Z",
+        started_at="2026-01-01T00:00:00.000Z", claim="gone:0",
     )  # fmt: skip
-    await mirror.put("jobs", recorded, 1)
+    await stored_by_its_claim(mirror, recorded)
     runner = Runner()
     proc = processor(runner, [SettledGate(mirror)], tmp_path)
     first_pickup = await proc.process(claim_of(job, stalls=0), AbortSignal())
@@ -154,9 +155,23 @@ async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
 async def test_a_run_is_mirrored_before_the_claim_ends(redis, prefix, tmp_path: Path) -> None:
     mirror = RunMirror(redis, prefix)
     proc = processor(Runner(), [], tmp_path, mirror)
-    await proc.process(claim_of(Job(id="j3", command=["true"])), AbortSignal())
+    claim = claim_of(Job(id="j3", command=["true"]))
+    await hold(redis, prefix, claim.queue, claim.id, claim.token)
+    ending = await proc.process(claim, AbortSignal())
     record = await mirror.get("jobs", "j3#1")
-    assert record is not None and record.outcome == "completed"
+    assert record is not None and record.outcome == "completed" and ending.mirrored
+
+
+async def test_a_run_whose_claim_is_gone_reports_nothing_to_the_fleet(
+    redis, prefix, tmp_path: Path
+) -> None:
+    """A run that outlived its claim (frozen daemon, swept, the job re-claimed elsewhere):
+    its record does not reach the mirror, not even over the new claim's attempt."""
+    mirror = RunMirror(redis, prefix)
+    claim = claim_of(Job(id="j3b", command=["true"]))
+    await hold(redis, prefix, claim.queue, claim.id, "other-host:9")
+    ending = await processor(Runner(), [], tmp_path, mirror).process(claim, AbortSignal())
+    assert not ending.mirrored and await mirror.get("jobs", "j3b#1") is None
 
 
 class Stubborn:
@@ -283,9 +298,9 @@ class CancelWhileMirroring(RunMirror):
 
     signal: AbortSignal
 
-    async def put(self, queue: str, record: RunRecord, now_ms: int) -> None:
+    async def put(self, queue: str, record: RunRecord, now_ms: int) -> bool:
         self.signal.abort(OPERATOR_CANCEL)
-        await super().put(queue, record, now_ms)
+        return await super().put(queue, record, now_ms)
 
 
 async def test_a_cancel_taken_as_the_run_ends_in_retry_finishes_it_cancelled(
@@ -295,7 +310,9 @@ async def test_a_cancel_taken_as_the_run_ends_in_retry_finishes_it_cancelled(
     mirror.signal = signal
     runner = FailingRunner()
     proc = processor(runner, [], tmp_path, mirror)
-    ending = await proc.process(claim_of(Job(id="j8", command=["false"])), signal)
+    claim = claim_of(Job(id="j8", command=["false"]))
+    await hold(redis, prefix, claim.queue, claim.id, claim.token)
+    ending = await proc.process(claim, signal)
     result = cancelled_result(ending)
     assert (result.state, result.reason, result.exit_code) == ("cancelled", OPERATOR_CANCEL, 1)
     assert runner.runs == 1 and ending.delay_ms == 0
@@ -390,7 +407,7 @@ async def test_a_stalled_attempt_whose_record_is_of_a_stopped_run_runs_again(
         id="j11", attempt=1, host="gone", queue="jobs", outcome="infra", reason=LOCK_LOST,
         exit_code=143, started_at="2026-01-01T00:00:00.000Z", claim="gone:1",
     )  # fmt: skip
-    await mirror.put("jobs", stopped, 1)
+    await stored_by_its_claim(mirror, stopped)
     runner = Runner()
     stalled = Claim("jobs", job.id, "h:2", 1, 1, 0, encode_job(job))
     ending = await processor(runner, [SettledGate(mirror)], tmp_path).process(

@@ -34,6 +34,7 @@ from dispatch.reasons import (
     with_error,
 )
 from dispatch.records.mirror import RunMirror
+from tests.support.mirror import stored_by_its_claim
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +66,7 @@ def mirror(redis, prefix) -> RunMirror:
 
 
 async def decide(mirror: RunMirror, stored: RunRecord, p: Pickup | None = None):
-    await mirror.put("jobs", stored, 1)
+    await stored_by_its_claim(mirror, stored)
     return await SettledGate(mirror).check(p or pickup())
 
 
@@ -140,5 +141,5 @@ async def test_no_record_admits(mirror) -> None:
 
 
 async def test_a_record_of_another_attempt_is_not_this_ones(mirror) -> None:
-    await mirror.put("jobs", record(outcome=COMPLETED, exit_code=0, attempt=2), 1)
+    await stored_by_its_claim(mirror, record(outcome=COMPLETED, exit_code=0, attempt=2))
     assert await SettledGate(mirror).check(pickup()) == ADMIT

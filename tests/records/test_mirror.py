@@ -1,0 +1,61 @@
+"""The fleet mirror on a real Redis: which run's record is stored, and when it is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatch.model import RunRecord
+from dispatch.queue.keys import queue_keys
+from dispatch.records.mirror import RunMirror
+from tests.support.mirror import hold
+
+pytestmark = pytest.mark.anyio
+
+
+def record(claim: str, exit_code: int = 0) -> RunRecord:
+    return RunRecord(
+        id="j", attempt=1, host="h1", queue="jobs", outcome="completed", exit_code=exit_code,
+        started_at="2026-01-01T00:00:00.000Z", claim=claim,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def mirror(redis, prefix) -> RunMirror:
+    return RunMirror(redis, prefix)
+
+
+async def test_the_claim_holding_the_lock_stores_its_record(mirror, redis, prefix) -> None:
+    await hold(redis, prefix, "jobs", "j", "h1:1")
+    assert await mirror.put("jobs", record("h1:1"), 5)
+    assert await mirror.get("jobs", "j#1") == record("h1:1")
+    assert await redis.zscore(queue_keys("jobs", prefix).runs_idx, "j#1") == 5
+
+
+async def test_a_run_whose_job_another_claim_holds_reports_nothing(mirror, redis, prefix) -> None:
+    await hold(redis, prefix, "jobs", "j", "h2:2")
+    assert not await mirror.put("jobs", record("h1:1"), 5)
+    assert await mirror.get("jobs", "j#1") is None
+
+
+async def test_a_swept_claims_record_is_stored_while_nobody_else_ran_the_job(
+    mirror, redis, prefix
+) -> None:
+    """Cut off from Redis past its lock, its run reached its exit: the next pickup should
+    settle on that, not run the job again."""
+    assert await mirror.put("jobs", record("h1:1"), 5)
+    assert await mirror.get("jobs", "j#1") == record("h1:1")
+
+
+async def test_a_late_record_never_overwrites_the_run_that_replaced_it(
+    mirror, redis, prefix
+) -> None:
+    await hold(redis, prefix, "jobs", "j", "h2:2")
+    assert await mirror.put("jobs", record("h2:2", exit_code=0), 5)
+    await redis.hdel(queue_keys("jobs", prefix).lock, "j")  # h2's claim ended
+    assert not await mirror.put("jobs", record("h1:1", exit_code=3), 6)
+    assert await mirror.get("jobs", "j#1") == record("h2:2")
+
+
+async def test_a_record_naming_no_claim_is_not_stored(mirror) -> None:
+    assert not await mirror.put("jobs", record(""), 5)
+    assert await mirror.get("jobs", "j#1") is None

@@ -1,0 +1,28 @@
+"""Run records in the fleet mirror as the claim that ran them left them."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from dispatch.model import RunRecord
+from dispatch.queue.keys import queue_keys
+from dispatch.records.disk_log import encode
+from dispatch.records.mirror import RunMirror
+
+
+async def hold(redis: Redis, prefix: str, queue: str, job_id: str, token: str) -> None:
+    """The job's lock held by `token`, as a live claim holds it."""
+    await redis.hset(queue_keys(queue, prefix).lock, job_id, token)
+
+
+async def stored_by_its_claim(mirror: RunMirror, record: RunRecord, at_ms: int = 1) -> None:
+    """Store `record` while its claim holds the lock, then let the claim go, as a stall does:
+    the state a re-pickup after that stall finds."""
+    keys = queue_keys(record.queue, mirror.prefix)
+    if not record.claim:  # written by a release before records named their claim: unfenced
+        await mirror.redis.hset(keys.runs, record.run_id, encode(record))
+        return
+    lock = keys.lock
+    await hold(mirror.redis, mirror.prefix, record.queue, record.id, record.claim)
+    assert await mirror.put(record.queue, record, at_ms)
+    await mirror.redis.hdel(lock, record.id)
