@@ -7,7 +7,15 @@ apart, and `ppid` the daemon process that started it. A run with a start and no 
 killed on the way.
 
 Counting, exactly:
-  completed twice  a job with two or more end lines.
+  ended twice      a job with two or more end lines; each is then one of:
+  reran unreported   the first run's daemon was killed or frozen (or Redis paused and then
+                   the daemon was killed) between that run's end and the next run's start,
+                   so its outcome never reached Redis: the claim lapsed and, at least once,
+                   the job ran again. No supervisor can close this window (the command has
+                   ended, the one process that knows it is gone or stopped); a frozen
+                   daemon's run going on elsewhere is what the faults issue's own row asks.
+  completed twice  every other job that ended twice: no fault explains it, so dispatch ran a
+                   job whose outcome it had, or could have had: a defect.
   overlap          a pair of runs of one job, taken in start order (a, b), with b's start
                    before a's end. A run with no end was killed; its end is the earliest
                    later evidence that it was gone: the instant the bench saw its daemon
@@ -20,7 +28,7 @@ Counting, exactly:
                    score in `done`, server ms): a daemon ran a job it no longer held.
   orphan           a run whose parent was not a daemon process the bench started: its daemon
                    was gone before the shell started, so nothing supervised it.
-  cause            why a job completed twice, the first that applies: `after_done` (a run
+  cause            why a job ended twice, the first that applies: `after_done` (a run
                    of it that started after it was done reached its end); what happened
                    between its first end and the next run's start to the daemon process that
                    ran the first (`kill`, `freeze`) or to Redis (`pause`), every kind that
@@ -41,6 +49,10 @@ SCRIPT = (
     'echo "e $(date +%s%N) $$ $PPID" >> "$1"'
 )
 NEVER = 2**63
+# A kill or freeze of the daemon that ran the first run, between its end and the rerun: the
+# outcome died with the daemon or waited in a stopped one. A Redis pause alone explains nothing
+# (a live daemon delivers the outcome once Redis is back).
+DAEMON_FAULTS = frozenset({"kill", "freeze"})
 
 
 def command(marks: Path, sleep_s: float) -> list[str]:
@@ -130,12 +142,13 @@ class Tally:
     evidence: Evidence
     runs: int = 0
     killed_runs: int = 0  # started, never ended
-    completed_twice: int = 0
+    completed_twice: int = 0  # ended twice with no fault to explain it
+    reran_unreported: int = 0  # ended twice because the first outcome was lost with a fault
     overlapping_runs: int = 0
     runs_after_done: int = 0
     orphan_runs: int = 0
     causes: Counter[str] = field(default_factory=Counter)
-    unexplained: list[str] = field(default_factory=list)  # completed twice, cause `none`
+    unexplained: list[str] = field(default_factory=list)  # completed twice: the job ids
     ended: set[str] = field(default_factory=set)  # jobs whose command reached its end
 
     def add(self, job_id: str, runs: list[Run], done_ms: int | None) -> None:
@@ -151,10 +164,12 @@ class Tally:
         if ends:
             self.ended.add(job_id)
         if ends > 1:
-            self.completed_twice += 1
             cause = self._cause(runs, any(r.end_ns is not None for r in late))
             self.causes[cause] += 1
-            if cause == "none":
+            if DAEMON_FAULTS & set(cause.split("+")):
+                self.reran_unreported += 1
+            else:
+                self.completed_twice += 1
                 self.unexplained.append(job_id)
 
     def _cause(self, runs: list[Run], late_end: bool) -> str:

@@ -61,7 +61,7 @@ class Settings:
     renew_s: float = 2.0  # lock renewal period, also how fast a cancel request is seen
     sweep_s: float = 10.0  # how often each queue's expired locks are swept
     lease_ttl_s: float = 30.0  # a fleet lease lapses this long after its last renewal
-    max_stalls: int = 1
+    max_stalls: int = 3  # docs/design.md: a fault stalls each claim it catches
     shutdown_grace_s: float = 30.0
     stop_grace_s: float = 10.0
     engine_wait_ms: int = 10 * 60_000  # how long a job waits for an unreachable Docker engine
