@@ -9,6 +9,12 @@ nothing happened. The job's own result decides the job; its output is a convenie
 The file is unbuffered (writes go straight to the kernel), so a failure surfaces at the write
 that met it rather than at a later flush or at close. Writes are synchronous: small appends
 to a local file, not worth a thread.
+
+Files live in `<state dir>/output`, named `<job>.<attempt>.<fence>.log` (`output_name`): the
+fence, the number in the claim's token, tells apart two runs of one attempt (a run stopped by
+a shutdown and claimed again spends no attempt), so no run ever opens another's file. Releases
+before the fence named them `<job>.<attempt>.log`; nothing parses the names (a record carries
+its file's path), so both kinds are read alike.
 """
 
 from __future__ import annotations
@@ -75,3 +81,13 @@ class OutputFile:
         event("output_write_failed", job=self.job, file=self.path.name, error=str(exc))
         self.lost = True
         self.close()
+
+
+def output_dir(state_dir: Path) -> Path:
+    return state_dir / "output"
+
+
+def output_name(job_id: str, attempt: int, token: str) -> str:
+    """The output file of one run: the job, the attempt and the claim's fence (token `<host>:<n>`,
+    and host names hold no colon)."""
+    return f"{job_id}.{attempt}.{token.rpartition(':')[2]}.log"

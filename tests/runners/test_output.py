@@ -1,4 +1,5 @@
-"""The output file: capped with a mark, and a disk that fails stops the writing, not the run."""
+"""The output file: capped with a mark, and a disk that fails stops the writing, not the run;
+its name."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from dispatch.log import log
 from dispatch.runners.base import TRUNCATION_MARK
-from dispatch.runners.output import OutputFile
+from dispatch.runners.output import OutputFile, output_name
 
 
 @pytest.fixture
@@ -46,3 +47,10 @@ def test_a_file_that_cannot_be_created_is_lost_from_the_start(
     out = OutputFile(tmp_path / "taken" / "j.1.log", 1024, "j")
     assert (out.lost, out.write(b"x")) == (True, False)
     assert "output_write_failed" in logged.getvalue()
+
+
+# -- names ------------------------------------------------------------------------
+
+
+def test_a_name_carries_the_job_the_attempt_and_the_claims_fence() -> None:
+    assert output_name("job.1", 3, "h1:42") == "job.1.3.42.log"
