@@ -14,7 +14,11 @@ Files live in `<state dir>/output`, named `<job>.<attempt>.<fence>.log` (`output
 fence, the number in the claim's token, tells apart two runs of one attempt (a run stopped by
 a shutdown and claimed again spends no attempt), so no run ever opens another's file. Releases
 before the fence named them `<job>.<attempt>.log`; nothing parses the names (a record carries
-its file's path), so both kinds are read alike.
+its file's path), so both kinds are read and pruned alike.
+
+`prune` removes the files last written before a cutoff (the daemon's upkeep calls it with
+`DISPATCH_OUTPUT_RETENTION`), except those named in `live`: a run still going may be quiet for
+longer than the retention. A file it cannot remove is counted and left, never raised.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from dispatch.log import event
@@ -91,3 +98,44 @@ def output_name(job_id: str, attempt: int, token: str) -> str:
     """The output file of one run: the job, the attempt and the claim's fence (token `<host>:<n>`,
     and host names hold no colon)."""
     return f"{job_id}.{attempt}.{token.rpartition(':')[2]}.log"
+
+
+@dataclass(slots=True)
+class Pruned:
+    removed: int = 0
+    failed: int = 0
+    error: str = ""  # the first failure, for the log
+
+
+def prune(directory: Path, before_ms: int, live: Collection[str]) -> Pruned:
+    """Remove the output files in `directory` last written before `before_ms` (epoch ms),
+    except those named in `live`. Blocking: call it in a thread."""
+    pruned = Pruned()
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".log") and entry.name not in live:
+                    _prune_one(entry, before_ms, pruned)
+    except FileNotFoundError:  # no run has written output yet
+        pass
+    except OSError as exc:  # the listing itself failed: what was removed stays removed
+        _failed(pruned, exc)
+    return pruned
+
+
+def _prune_one(entry: os.DirEntry[str], before_ms: int, pruned: Pruned) -> None:
+    try:
+        info = entry.stat(follow_symlinks=False)
+        if not entry.is_file(follow_symlinks=False) or info.st_mtime_ns // 1_000_000 >= before_ms:
+            return
+        os.unlink(entry.path)
+        pruned.removed += 1
+    except FileNotFoundError:  # gone already (an operator's clean-up): nothing to do
+        pass
+    except OSError as exc:
+        _failed(pruned, exc)
+
+
+def _failed(pruned: Pruned, exc: OSError) -> None:
+    pruned.failed += 1
+    pruned.error = pruned.error or str(exc)
