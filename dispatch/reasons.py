@@ -155,7 +155,11 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the job is larger than this host's job budget; another host may fit it",
     ),
     _defer(HOST_SLOT, "host slot", "every slot of this host (DISPATCH_CONCURRENCY) is busy"),
-    _defer(SCOPE_FOLDER, "scope", "another job is working in the same folder"),
+    _defer(
+        SCOPE_FOLDER,
+        "scope",
+        "another job is working in the same folder, or in one above or inside it",
+    ),
     _defer(CHAINED, "scope", "the job waits for its parent's folder"),
     _defer(SCOPE_REPO, "scope", "the repo's limit of concurrent jobs is reached"),
     _defer(SCOPE_PROJECT, "scope", "the project's limit of concurrent jobs is reached"),

@@ -66,6 +66,7 @@ class Settings:
     stop_grace_s: float = 10.0
     engine_wait_ms: int = 10 * 60_000  # how long a job waits for an unreachable Docker engine
     reconcile_s: float = 60.0  # how often the runner's runs are checked against live claims
+    output_retention_s: float = 14 * 86_400.0  # captured output older than this is removed
     image: str = "dispatch-test:latest"
     job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
     job_cpus: float = 2.0
@@ -158,6 +159,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
     ("engine_wait_ms", "DISPATCH_ENGINE_WAIT_MAX", parse_duration_ms),
     ("reconcile_s", "DISPATCH_RECONCILE_EVERY", _seconds),
+    ("output_retention_s", "DISPATCH_OUTPUT_RETENTION", _seconds),
     ("image", "DISPATCH_IMAGE", str),
     ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
     ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
@@ -185,3 +187,7 @@ def _check(s: Settings) -> None:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")
     if s.reconcile_s < 1:  # each round lists the engine's containers: not a busy loop
         raise ConfigError("DISPATCH_RECONCILE_EVERY must be at least 1s")
+    # a run's file is new when the run starts: a retention longer than one pruning pass means
+    # no file of a run that started during the pass is ever old enough to go
+    if s.output_retention_s < 60:
+        raise ConfigError("DISPATCH_OUTPUT_RETENTION must be at least 1m")

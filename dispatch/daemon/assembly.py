@@ -37,6 +37,7 @@ from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
+from dispatch.runners.output import output_dir
 from dispatch.runners.process import ProcessRunner
 
 HELD_BY_CONFIG = frozenset({NEWER_RELEASE, PAUSE_WINDOW})
@@ -153,7 +154,7 @@ async def gated_processor(
             yield Processor(
                 ProcessorSettings(
                     host=settings.host,
-                    output_dir=settings.state_dir / "output",
+                    output_dir=output_dir(settings.state_dir),
                     stop_grace_s=settings.stop_grace_s,
                 ),
                 runner,

@@ -91,6 +91,7 @@ from dispatch.records.disk_log import RecordLog
 from dispatch.records.disk_log import encode as encode_record
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
+from dispatch.runners.output import output_name
 
 SHUTDOWN_DELAY_MS = 1_000
 ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
@@ -216,7 +217,7 @@ class Processor:
             attempt=claim.attempt,
             host=self.s.host,
             fence=claim.token,
-            output_path=self.s.output_dir / f"{job.id}.{claim.attempt}.log",
+            output_path=self.s.output_dir / output_name(job.id, claim.attempt, claim.token),
             grace_s=self.s.stop_grace_s,
             signal=signal,
         )

@@ -4,12 +4,21 @@ sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline p
            back to wait (or fail `stalled` past `DISPATCH_MAX_STALLS`); whoever sweeps
            first does it, so a dead host's jobs come back within lock + one sweep period;
 heartbeat  this host's alive key (with its running count), which other hosts count and
-           `dispatch cancel` asks before it waits for an acknowledgement.
+           `dispatch cancel` asks before it waits for an acknowledgement;
+output     at start and then hourly: captured output files last written longer than
+           `DISPATCH_OUTPUT_RETENTION` ago are removed, except those of the claims this
+           process holds. A live run's file is kept by name, not trusted to a recent mtime: a
+           quiet run writes nothing for as long as it likes. Any other file is safe to go:
+           the runner writes only while its claim is held here (the boot reaps what a
+           predecessor left), and a new run always opens a new name (`output_name`). A prune
+           that fails (a file it may not remove, a disk error) is logged and tried again at
+           the next period; it never stops the daemon.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
 
@@ -18,18 +27,27 @@ from dispatch.config.settings import Settings
 from dispatch.log import event
 from dispatch.model import Result, encoder, iso
 from dispatch.queue import fleet_pause, keys
-from dispatch.queue.transitions import Queue
+from dispatch.queue.transitions import Claim, Queue
 from dispatch.reasons import INFRA, STALLED
+from dispatch.runners.output import output_dir, output_name, prune
+
+OUTPUT_PRUNE_EVERY_S = 3600.0
 
 
 class Upkeep:
     def __init__(
-        self, settings: Settings, redis: Redis, clock: Clock, running: Callable[[], int]
+        self,
+        settings: Settings,
+        redis: Redis,
+        clock: Clock,
+        running: Callable[[], int],
+        claims: Callable[[], Iterable[Claim]] = tuple,
     ) -> None:
         self.s = settings
         self.redis = redis
         self.clock = clock
         self.running = running
+        self.claims = claims  # what this process holds now: their runs' output stays
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -57,3 +75,13 @@ class Upkeep:
                 self.redis, self.s.prefix, self.s.queues, register=self._beats == 0
             )
         self._beats += 1
+
+    async def prune_output(self) -> None:
+        """Remove the output files older than the retention, but those of live claims."""
+        live = {output_name(c.id, c.attempt, c.token) for c in self.claims()}
+        before_ms = self.clock.now_ms() - int(self.s.output_retention_s * 1000)
+        pruned = await asyncio.to_thread(prune, output_dir(self.s.state_dir), before_ms, live)
+        if pruned.failed:
+            event("output_prune_failed", files=pruned.failed, error=pruned.error)
+        if pruned.removed:
+            event("output_pruned", files=pruned.removed)

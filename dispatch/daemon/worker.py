@@ -4,7 +4,7 @@ It is assembled from small parts, each testable alone with the injected clock:
   `lane.Lane`              per queue: claim (pump, marker watcher) and finish (flusher);
   `lock_keeper.LockKeeper` renews every claim, delivers cancel requests, and stops a run
                            before its claim can lapse;
-  `upkeep.Upkeep`          stall sweeps per queue and the heartbeat;
+  `upkeep.Upkeep`          stall sweeps per queue, the heartbeat, output pruning;
   `capacity.Capacity`      how many more jobs this host may take.
 Every loop runs supervised (`tasks.py`): an exception is logged and the loop restarted with
 backoff; nothing ends silently, nothing cancels the daemon. The worker itself only starts a
@@ -29,7 +29,7 @@ from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.lock_keeper import LockKeeper, Running
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
-from dispatch.daemon.upkeep import Upkeep
+from dispatch.daemon.upkeep import OUTPUT_PRUNE_EVERY_S, Upkeep
 from dispatch.errors import RedisUnavailable
 from dispatch.log import event
 from dispatch.queue import keys
@@ -75,7 +75,13 @@ class Worker:
         }
         queues = {name: lane.queue for name, lane in self.lanes.items()}
         self.locks = LockKeeper(settings, redis, queues, self.running, self.clock)
-        self.upkeep = Upkeep(settings, redis, self.clock, lambda: len(self.running))
+        self.upkeep = Upkeep(
+            settings,
+            redis,
+            self.clock,
+            lambda: len(self.running),
+            lambda: [entry.claim for entry in self.running.values()],
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _lane(self, queue: Queue, blocking: Redis) -> Lane:
@@ -136,6 +142,9 @@ class Worker:
             every("recover", self.s.renew_s, self._recover, life),
             every(
                 "heartbeat", self.t.heartbeat_s, lambda: self.upkeep.beat(self.t.heartbeat_s), life
+            ),
+            every(
+                "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
         ]
         for name, lane in self.lanes.items():

@@ -21,11 +21,17 @@ Redis is unreachable and fleet leases fail open.
 
 A key's pool stays once created (its denial count is a statistic worth keeping); keys are meant to
 be a config-sized set such as scope names, not job ids.
+
+Folders are not counted here: a folder excludes its whole tree, not just its own name, so the
+folder mutex is `folders` (`fleet/folders.py`), carried here so that every gate of a daemon
+shares the one set of in-process bounds it is given.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from dispatch.fleet.folders import FolderLocks
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -55,6 +61,7 @@ class Slots:
 
     def __init__(self) -> None:
         self._pools: dict[str, _Pool] = {}
+        self.folders = FolderLocks()
 
     def try_acquire(self, key: str, limit: int, owner: str = "") -> Ticket | None:
         """Take a slot of `key` if fewer than `limit` are held; None when full."""

@@ -1,7 +1,8 @@
 """Scope gate: how many jobs may run at once on one folder, one repo and one project.
 
-- A local job's scope is its folder (realpath, so two spellings are one scope): one job at a
-  time on this host, and no scoped-limits row can lift that. A row for the folder with
+- A local job's scope is its folder's whole tree (realpath, so two spellings are one scope): one
+  job at a time in a folder, the folders inside it and the folders above it on this host
+  (`fleet/folders.py`), and no scoped-limits row can lift that. A row for the folder with
   `concurrent` <= 0 closes it (every job defers); a bigger value is ignored. No fleet lease: a
   folder's jobs all go to one host's queue. A chained child (`parent_job_id`) that finds the
   folder busy defers `chained` rather than `scope-folder`.
@@ -10,8 +11,10 @@
   unbounded and no hold at all. A finite bound takes an in-process slot, then a fleet lease.
 - Then the project's `concurrent`, the same way, for every kind of job.
 
-Each bound is taken by `hold.take` (any bound of 0 or less admits nothing; a busy defer names
-the holder). Details name a folder by its basename only, as `Job.target` does.
+A repo or project bound is taken by `hold.take` (any bound of 0 or less admits nothing), the
+folder by the folder mutex (`slots.folders`); a busy defer names the holder, and the held
+folder when it is another one, above or inside the job's. Details name a folder by its
+basename only, as `Job.target` does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import anyio
 
 from dispatch.config.schemas import ScopedLimit
+from dispatch.fleet.folders import FolderTicket, relation
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Decision, Defer, Pickup
@@ -48,15 +52,35 @@ class ScopeGate:
     async def _folder(self, pickup: Pickup, folder: str) -> Defer | None:
         # realpath touches the filesystem (maybe a slow mount), so not on the event loop
         path, closed = await anyio.to_thread.run_sync(_resolve, folder, pickup.config.limits)
-        label = f"folder {os.path.basename(path) or '/'}"
-        bound = Bound(f"folder:{path}", 0 if closed else 1, label)
-        busy = await take(pickup, self.slots, self.leases, bound)
-        if busy is None:
-            return None
+        label = f"folder {_name(path)}"
+        if closed:
+            busy, label_near = Busy(None, f"{label} admits no jobs (concurrent 0)"), label
+        else:
+            other = self._hold_folder(pickup, path)
+            if other is None:
+                return None
+            near = _near(path, other.path)
+            held = f"runs 1 of 1 on this host (held by {other.owner})"
+            busy = Busy(other.owner, f"{label}{near[0]} {held}")
+            label_near = f"{label}{near[1]}"
         parent = pickup.job.parent_job_id
         if parent is None:
             return Defer(SCOPE_DELAY_MS, SCOPE_FOLDER, busy.holder, busy.detail)
-        return Defer(SCOPE_DELAY_MS, CHAINED, busy.holder, _chained(parent, label, busy))
+        return Defer(SCOPE_DELAY_MS, CHAINED, busy.holder, _chained(parent, label_near, busy))
+
+    def _hold_folder(self, pickup: Pickup, path: str) -> FolderTicket | None:
+        """Hold the folder's tree, else the held folder in the way (equal, above or inside it).
+        Synchronous: no other pickup can take or give back a folder in between."""
+        folders = self.slots.folders
+        ticket = folders.try_acquire(path, owner=pickup.job.id)
+        if ticket is None:
+            return folders.in_the_way(path)
+
+        def release() -> None:
+            folders.release(ticket)
+
+        pickup.hold(f"slot:folder:{path}", release)
+        return None
 
     async def _repo(self, pickup: Pickup, repo: str) -> Defer | None:
         limit = _repo_limit(repo, pickup.config.limits)
@@ -99,6 +123,20 @@ def _repo_limit(repo: str, limits: tuple[ScopedLimit, ...]) -> int | None:
         if row.scope.lower() == repo and row.concurrent is not None:
             return row.concurrent
     return None
+
+
+def _name(path: str) -> str:
+    return os.path.basename(path) or "/"
+
+
+def _near(path: str, held: str) -> tuple[str, str]:
+    """How a busy detail, then a chained one, names a held folder other than the job's own."""
+    how, name = relation(path, held), _name(held)
+    if how == "above":
+        return f" is inside folder {name}, which", f" (inside folder {name})"
+    if how == "inside":
+        return f" contains folder {name}, which", f" (around folder {name})"
+    return "", ""
 
 
 def _chained(parent: str, label: str, busy: Busy) -> str:

@@ -9,6 +9,16 @@ nothing happened. The job's own result decides the job; its output is a convenie
 The file is unbuffered (writes go straight to the kernel), so a failure surfaces at the write
 that met it rather than at a later flush or at close. Writes are synchronous: small appends
 to a local file, not worth a thread.
+
+Files live in `<state dir>/output`, named `<job>.<attempt>.<fence>.log` (`output_name`): the
+fence, the number in the claim's token, tells apart two runs of one attempt (a run stopped by
+a shutdown and claimed again spends no attempt), so no run ever opens another's file. Releases
+before the fence named them `<job>.<attempt>.log`; nothing parses the names (a record carries
+its file's path), so both kinds are read and pruned alike.
+
+`prune` removes the files last written before a cutoff (the daemon's upkeep calls it with
+`DISPATCH_OUTPUT_RETENTION`), except those named in `live`: a run still going may be quiet for
+longer than the retention. A file it cannot remove is counted and left, never raised.
 """
 
 from __future__ import annotations
@@ -16,6 +26,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from dispatch.log import event
@@ -75,3 +88,54 @@ class OutputFile:
         event("output_write_failed", job=self.job, file=self.path.name, error=str(exc))
         self.lost = True
         self.close()
+
+
+def output_dir(state_dir: Path) -> Path:
+    return state_dir / "output"
+
+
+def output_name(job_id: str, attempt: int, token: str) -> str:
+    """The output file of one run: the job, the attempt and the claim's fence (token `<host>:<n>`,
+    and host names hold no colon)."""
+    return f"{job_id}.{attempt}.{token.rpartition(':')[2]}.log"
+
+
+@dataclass(slots=True)
+class Pruned:
+    removed: int = 0
+    failed: int = 0
+    error: str = ""  # the first failure, for the log
+
+
+def prune(directory: Path, before_ms: int, live: Collection[str]) -> Pruned:
+    """Remove the output files in `directory` last written before `before_ms` (epoch ms),
+    except those named in `live`. Blocking: call it in a thread."""
+    pruned = Pruned()
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".log") and entry.name not in live:
+                    _prune_one(entry, before_ms, pruned)
+    except FileNotFoundError:  # no run has written output yet
+        pass
+    except OSError as exc:  # the listing itself failed: what was removed stays removed
+        _failed(pruned, exc)
+    return pruned
+
+
+def _prune_one(entry: os.DirEntry[str], before_ms: int, pruned: Pruned) -> None:
+    try:
+        info = entry.stat(follow_symlinks=False)
+        if not entry.is_file(follow_symlinks=False) or info.st_mtime_ns // 1_000_000 >= before_ms:
+            return
+        os.unlink(entry.path)
+        pruned.removed += 1
+    except FileNotFoundError:  # gone already (an operator's clean-up): nothing to do
+        pass
+    except OSError as exc:
+        _failed(pruned, exc)
+
+
+def _failed(pruned: Pruned, exc: OSError) -> None:
+    pruned.failed += 1
+    pruned.error = pruned.error or str(exc)

@@ -95,7 +95,9 @@ def submit(env: dict[str, str], folder: Path, attempts: int, trap: str = "") -> 
 
 
 def output_of(env: dict[str, str], job_id: str, attempt: int) -> Path:
-    return Path(env["DISPATCH_STATE_DIR"]) / "output" / f"{job_id}.{attempt}.log"
+    """The attempt's output file, once its run has opened it (`<job>.<attempt>.<fence>.log`)."""
+    folder = Path(env["DISPATCH_STATE_DIR"]) / "output"
+    return eventually_sync(lambda: next(folder.glob(f"{job_id}.{attempt}.*.log"), None), 60)
 
 
 def wait_output(path: Path, text: bytes) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from redis.asyncio import Redis
 
@@ -54,6 +56,69 @@ async def test_two_spellings_of_one_folder_are_one_scope(hosts, tmp_path) -> Non
     via_link = pickup("job-2", kind="local", folder=f"{tmp_path}/alias/../alias")
     decision = await gate.check(via_link)
     assert isinstance(decision, Defer) and decision.holder == "job-1"
+
+
+def tree(root: Path) -> tuple[Path, Path, Path]:
+    """root/x/a, root/x/a/b, and root/link -> root/x/a/b."""
+    b = root / "x" / "a" / "b"
+    b.mkdir(parents=True)
+    (root / "link").symlink_to(b)
+    return b.parent, b, root / "link"
+
+
+async def test_a_folder_excludes_the_folders_above_and_inside_it(hosts, tmp_path) -> None:
+    a, b, _ = tree(tmp_path)
+    gate = hosts[0].scope
+    outer = pickup("job-a", kind="local", folder=str(a))
+    assert await gate.check(outer) == ADMIT
+    decision = await gate.check(pickup("job-b", kind="local", folder=str(b)))
+    assert isinstance(decision, Defer)
+    assert (decision.reason, decision.holder) == ("scope-folder", "job-a")
+    assert (
+        decision.detail
+        == "folder b is inside folder a, which runs 1 of 1 on this host (held by job-a)"
+    )
+    await outer.release()
+    inner = pickup("job-b", kind="local", folder=str(b))
+    assert await gate.check(inner) == ADMIT
+    decision = await gate.check(pickup("job-x", kind="local", folder=str(a.parent)))
+    assert isinstance(decision, Defer) and decision.holder == "job-b"
+    assert (
+        decision.detail
+        == "folder x contains folder b, which runs 1 of 1 on this host (held by job-b)"
+    )
+    await inner.release()
+    assert await gate.check(pickup("job-x", kind="local", folder=str(a.parent))) == ADMIT
+
+
+async def test_a_symlink_into_a_held_tree_is_in_that_tree(hosts, tmp_path) -> None:
+    a, _, link = tree(tmp_path)
+    gate = hosts[0].scope
+    assert await gate.check(pickup("job-a", kind="local", folder=str(a))) == ADMIT
+    decision = await gate.check(pickup("job-l", kind="local", folder=str(link)))
+    assert isinstance(decision, Defer) and decision.holder == "job-a"
+    assert "folder b is inside folder a" in decision.detail  # named as resolved
+
+
+async def test_a_shared_name_prefix_is_not_nesting(hosts, tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "ab").mkdir()
+    gate = hosts[0].scope
+    assert await gate.check(pickup("job-1", kind="local", folder=str(tmp_path / "a"))) == ADMIT
+    assert await gate.check(pickup("job-2", kind="local", folder=str(tmp_path / "ab"))) == ADMIT
+
+
+async def test_a_chained_child_names_its_parents_folder_above_its_own(hosts, tmp_path) -> None:
+    a, b, _ = tree(tmp_path)
+    gate = hosts[0].scope
+    assert await gate.check(pickup("parent", kind="local", folder=str(a))) == ADMIT
+    child = pickup("child", kind="local", folder=str(b), parent_job_id="parent")
+    decision = await gate.check(child)
+    assert isinstance(decision, Defer)
+    assert (decision.reason, decision.holder) == ("chained", "parent")
+    assert decision.detail == (
+        "waits for its parent's folder b (inside folder a), held by job parent (its parent)"
+    )
 
 
 async def test_no_config_lifts_the_folder_limit(hosts, tmp_path) -> None:
