@@ -72,6 +72,8 @@ IMAGE_MISSING: Final = "image-missing"
 FOLDER_NOT_ALLOWED: Final = "folder-not-allowed"
 NO_COMMAND: Final = "no-command"
 COMMAND_NOT_FOUND: Final = "command-not-found"
+JOB_USER_ROOT: Final = "job-user-root"
+MOUNT_MISMATCH: Final = "mount-mismatch"
 
 # -- aborts ---------------------------------------------------------------------------------
 OPERATOR_CANCEL: Final = "operator-cancel"
@@ -218,6 +220,19 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         FOLDER_NOT_ALLOWED,
         "runner",
         "the job's folder is not a folder under DISPATCH_ALLOWED_ROOTS",
+    ),
+    _refusal(
+        JOB_USER_ROOT,
+        "job user",
+        "the job's folder belongs to root, and a local job runs as its folder's owner, never as "
+        "root unasked; chown the folder to the user the job should run as, or set "
+        "DISPATCH_CONTAINER_USER",
+    ),
+    _refusal(
+        MOUNT_MISMATCH,
+        "runner",
+        "the engine mounted something other than the job's checked folder, so the container was "
+        "killed at once; someone changed the path or the engine's mounts",
     ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),

@@ -37,6 +37,7 @@ from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
+from dispatch.runners.docker.runner import DockerRunner
 from dispatch.runners.output import output_dir
 from dispatch.runners.process import ProcessRunner
 
@@ -148,6 +149,7 @@ async def gated_processor(
             live_hosts=LiveHosts(redis, settings.prefix, clock),
             mirror=RunMirror(redis, settings.prefix),
             clock=clock,
+            docker=runner.settings if isinstance(runner, DockerRunner) else None,
         )
         records = RecordLog(settings.state_dir)
         try:

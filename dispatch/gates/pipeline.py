@@ -2,7 +2,8 @@
 
 The dirty-tree check comes last, after the scope gate holds the folder: only then does a dirty
 tree mean the operator's own edits rather than a job of ours still at work in it (which would
-have been deferred `scope-folder` instead).
+have been deferred `scope-folder` instead). The job-user gate comes before any gate that
+takes a hold: a folder owned by root is refused without a slot or a lease taken first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dispatch.gates.endpoints import EndpointGate
 from dispatch.gates.head import HeadGate
 from dispatch.gates.host_budget import HostBudget, HostBudgetGate
 from dispatch.gates.host_slot import HostSlotGate
+from dispatch.gates.job_user import JobUserGate
 from dispatch.gates.overlay import OverlayGate
 from dispatch.gates.pause import PauseGate
 from dispatch.gates.project import ProjectGate
@@ -27,6 +29,7 @@ from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
 from dispatch.records.mirror import RunMirror
+from dispatch.runners.docker.runner import DockerSettings
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class GateDeps:
     live_hosts: LiveHosts
     mirror: RunMirror
     clock: Clock
+    docker: DockerSettings | None = None  # the docker runner's, for the job-user gate
 
 
 def pipeline(d: GateDeps) -> list[Gate]:
@@ -48,6 +52,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         SettledGate(d.mirror),
         ProjectGate(),
         PauseGate(d.clock),
+        JobUserGate(d.docker),
         SizeGate(d.settings, d.budget, d.live_hosts),
         HostSlotGate(d.settings, d.slots, d.budget),
         ScopeGate(d.slots, d.leases),

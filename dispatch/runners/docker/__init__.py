@@ -2,6 +2,8 @@
 
 client   DockerClient: version negotiation, images, containers, events (client.py)
 runner   DockerRunner: one job attempt as one hardened container (runner.py)
+user     who the container runs as (the folder's owner) and its HOME (user.py)
+mounts   the folder's bind, and the check of what the engine mounted (mounts.py)
 reaper   reap: at boot, remove this host's containers no live claim owns (reaper.py)
 labels   the container name prefix and labels both of those read (labels.py)
 errors   the DockerError tree (errors.py)

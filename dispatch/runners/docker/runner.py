@@ -3,13 +3,16 @@
 Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id>`):
 
     plan        folder under an allowed root (no symlink escape), else refuse `folder-not-allowed`;
-                no image named and no default, else refuse `image-missing`
+                the user (`user.py`: the folder's owner), else refuse `job-user-root`; no image
+                named and no default, else refuse `image-missing`
     create      labels host / job / attempt / fence (the boot reaper reads them), no privileges;
                 an image not on this host refuses `image-missing` (the create answers 404:
                 images are never pulled, and nothing is created); engine unreachable -> error
                 `docker-unavailable`
     wait        `condition=next-exit` registered BEFORE start, so a fast exit cannot be missed
-    start       then the output streams to `ctx.output_path`, capped, with a truncation mark
+    start       a local job's mount checked against its folder (`mounts.py`), else killed
+                and refused `mount-mismatch`; then the output streams to `ctx.output_path`,
+                capped, with a truncation mark
                 (`dispatch.runners.output`: a disk that fails stops the output, not the run)
     exit        the exit code from the wait, or on `ctx.aborted`: stop (SIGTERM, then SIGKILL
                 after `ctx.grace_s`); then an inspect, which also proves the engine stayed up
@@ -35,12 +38,12 @@ same (the loop closing) still has its container removed, in the shielded task `s
 
 Hardening: CapDrop ALL, no-new-privileges, a pids limit, Memory (swap capped to the same) and
 NanoCpus from the job's size (the processor hands over the size its gates resolved; the
-settings' defaults, 4g / 2 CPUs, cover a job run without gates), a non-root user by
-default (`65534:65534`; empty string = the image's own USER; a local job editing the operator's
-folder usually wants the folder owner's uid), optional read-only root with a small /tmp tmpfs,
-network configurable (None = the engine's default bridge, "none" = no network), restart policy
-`no`, auto-remove off (the exit must be read first). The job's env is passed through and never
-logged.
+settings' defaults, 4g / 2 CPUs, cover a job run without gates), a non-root user (the folder's
+owner for a local job, else 65534:65534; `user.py`) with a tmpfs HOME of its own, an init as
+PID 1, a `nofile` ulimit, a read-only root with a tmpfs /tmp (opt-out: read_only=False), the
+engine's log in the `local` driver, rotated and bounded, network configurable (None = the
+engine's default bridge, "none" = no network), restart policy `no`, auto-remove off (the exit
+must be read first). The job's env is passed through and never logged.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Any
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import parse_memory
+from dispatch.errors import ConfigError
 from dispatch.log import event
 from dispatch.model import Job
 from dispatch.reasons import (
@@ -64,13 +68,15 @@ from dispatch.reasons import (
     ENGINE_RESTARTED,
     FOLDER_NOT_ALLOWED,
     IMAGE_MISSING,
+    JOB_USER_ROOT,
+    MOUNT_MISMATCH,
     OOM,
     SIGKILLED,
     START_FAILED,
     STOP_TIMEOUT,
     with_error,
 )
-from dispatch.runners.base import IsLive, RunContext, Runner, RunResult
+from dispatch.runners.base import OUTPUT_CAP_BYTES, IsLive, RunContext, Runner, RunResult
 from dispatch.runners.docker.attach import Attachment, RunLost
 from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
@@ -88,11 +94,21 @@ from dispatch.runners.docker.labels import (
     LABEL_JOB,
     NAME_PREFIX,
 )
+from dispatch.runners.docker.mounts import bind_mount, mismatch
 from dispatch.runners.docker.reaper import reap
+from dispatch.runners.docker.user import HOME_DIR, TMPFS_OPTIONS, home_tmpfs, job_user
 from dispatch.runners.output import OutputFile
 
 SIGKILL_EXIT = 128 + 9
 _OOM_EVENT = "oom"  # not a reason: what the engine calls the event
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+# The engine's log is only read while the run goes on, and bounded so that a job printing
+# without end cannot fill the engine's disk: 3 files of 10 MiB, rotated by the `local` driver.
+LOG_MAX_BYTES = 10 * 1024**2
+LOG_FILES = 3
+# Far above a shell's 1024 (builds and file watchers open many files), far below the engine's
+# default of about a million, which some programs walk one by one when they close fds.
+NOFILE_SOFT, NOFILE_HARD = 4096, 8192
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,10 +118,11 @@ class DockerSettings:
     default_image: str | None = None  # for jobs that name no image
     default_memory: str = "4g"  # for jobs run without the size gate
     default_cpus: float = 2.0
-    user: str = "65534:65534"  # "" = the image's own USER
+    user: str | None = None  # None: the folder's owner, or nobody (user.py); "" = image's USER
     network: str | None = None  # None = the engine's default bridge
-    read_only: bool = False
+    read_only: bool = True  # the opt-out is for images that must write outside /tmp and HOME
     pids_limit: int = 512
+    log_max_bytes: int = LOG_MAX_BYTES  # per log file of the engine's `local` driver
     workspace: str = "/work"  # where a local job's folder is mounted
     output_drain_s: float = 5.0  # how long the output may trail the exit
     engine_wait_s: float = 600.0  # how long a run waits for an engine gone mid-run to answer
@@ -122,11 +139,45 @@ class DockerSettings:
         roots = tuple(r for r in e.get("DISPATCH_ALLOWED_ROOTS", "").split(os.pathsep) if r)
         return cls(
             allowed_roots=roots,
-            user=e.get("DISPATCH_CONTAINER_USER", cls.user),
+            user=e.get("DISPATCH_CONTAINER_USER"),  # set, even empty, it decides for every job
             network=e.get("DISPATCH_CONTAINER_NETWORK") or None,
-            read_only=e.get("DISPATCH_CONTAINER_READ_ONLY", "") in ("1", "true", "yes"),
+            read_only=_flag(e, "DISPATCH_CONTAINER_READ_ONLY", cls.read_only),
             pids_limit=int(e.get("DISPATCH_CONTAINER_PIDS_LIMIT", cls.pids_limit)),
+            log_max_bytes=_log_max_bytes(e.get("DISPATCH_CONTAINER_LOG_SIZE")),
         )
+
+
+def _flag(env: dict[str, str], key: str, default: bool) -> bool:
+    raw = env.get(key, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in _FLAGS:
+        raise ConfigError(f"{key}={env[key]!r}: use true or false")
+    return _FLAGS[raw]
+
+
+def _log_max_bytes(raw: str | None) -> int:
+    if not raw:
+        return LOG_MAX_BYTES
+    try:
+        size = parse_memory(raw)
+    except ValueError as exc:
+        raise ConfigError(f"DISPATCH_CONTAINER_LOG_SIZE={raw!r}: {exc}") from None
+    if size * LOG_FILES < OUTPUT_CAP_BYTES:  # a re-adopted run re-reads the log from its start
+        raise ConfigError(
+            f"DISPATCH_CONTAINER_LOG_SIZE={raw!r}: the engine must keep at least the output "
+            f"cap ({OUTPUT_CAP_BYTES // 1024**2} MiB) in {LOG_FILES} files: use 3m or more"
+        )
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a job's container is made of, decided before the engine is asked anything."""
+
+    image: str
+    user: str  # "" = the image's own USER
+    source: str | None = None  # the resolved folder bound at the workspace
 
 
 def container_name(job_id: str) -> str:
@@ -160,7 +211,7 @@ def labels(ctx: RunContext) -> dict[str, str]:
     }
 
 
-def host_config(job: Job, binds: list[str], s: DockerSettings) -> Json:
+def host_config(job: Job, plan: Plan, s: DockerSettings) -> Json:
     size = job.size
     memory = parse_memory((size.memory if size else None) or s.default_memory)
     cpus = (size.cpus if size else None) or s.default_cpus
@@ -174,28 +225,45 @@ def host_config(job: Job, binds: list[str], s: DockerSettings) -> Json:
         "ReadonlyRootfs": s.read_only,
         "RestartPolicy": {"Name": "no"},
         "AutoRemove": False,
-        "Binds": binds,
+        "Init": True,  # a real PID 1: signals forwarded, orphans reaped
+        "Ulimits": [{"Name": "nofile", "Soft": NOFILE_SOFT, "Hard": NOFILE_HARD}],
+        "LogConfig": {
+            "Type": "local",
+            "Config": {"max-size": str(s.log_max_bytes), "max-file": str(LOG_FILES)},
+        },
+        "Tmpfs": _tmpfs(plan.user, s.read_only),
     }
+    if plan.source is not None:
+        config["Mounts"] = [bind_mount(plan.source, s.workspace)]
     if s.network:
         config["NetworkMode"] = s.network
-    if s.read_only:
-        config["Tmpfs"] = {"/tmp": "rw,nosuid,nodev,size=64m"}
     return config
 
 
-def container_config(ctx: RunContext, image: str, binds: list[str], s: DockerSettings) -> Json:
+def _tmpfs(user: str, read_only: bool) -> dict[str, str]:
+    mounts = {"/tmp": TMPFS_OPTIONS} if read_only else {}
+    home = home_tmpfs(user)
+    if home is not None:
+        mounts[HOME_DIR] = home
+    return mounts
+
+
+def container_config(ctx: RunContext, plan: Plan, s: DockerSettings) -> Json:
     job = ctx.job
+    env = [f"{k}={v}" for k, v in job.env.items()]
+    if home_tmpfs(plan.user) is not None and "HOME" not in job.env:
+        env.insert(0, f"HOME={HOME_DIR}")
     config: Json = {
-        "Image": image,
+        "Image": plan.image,
         "Labels": labels(ctx),
-        "Env": [f"{k}={v}" for k, v in job.env.items()],
-        "HostConfig": host_config(job, binds, s),
+        "Env": env,
+        "HostConfig": host_config(job, plan, s),
     }
     if job.command:
         config["Cmd"] = list(job.command)
-    if s.user:
-        config["User"] = s.user
-    if binds:
+    if plan.user:
+        config["User"] = plan.user
+    if plan.source is not None:
         config["WorkingDir"] = s.workspace
     return config
 
@@ -226,7 +294,7 @@ class DockerRunner(Runner):
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         try:
-            cid = await self._create(ctx, container_config(ctx, *plan, self.settings))
+            cid = await self._create(ctx, container_config(ctx, plan, self.settings))
         except ImageMissing:  # the create never pulls: its 404 is the image check
             return RunResult(started=False, refusal=IMAGE_MISSING)
         except DockerUnavailable as exc:
@@ -236,7 +304,7 @@ class DockerRunner(Runner):
             event("container_create_failed", job=ctx.job.id, error=str(exc))
             return RunResult(started=False, error=with_error(CREATE_FAILED, exc))
         try:
-            return await self._run_created(ctx, cid)
+            return await self._run_created(ctx, cid, plan.source)
         finally:
             await self._dispose(cid)
 
@@ -251,7 +319,7 @@ class DockerRunner(Runner):
         if isinstance(plan, str):
             return plan
         try:
-            await self.client.image_inspect(plan[0])
+            await self.client.image_inspect(plan.image)
         except ImageMissing:
             return IMAGE_MISSING
         return ""
@@ -267,18 +335,25 @@ class DockerRunner(Runner):
         while self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
 
-    def _plan(self, job: Job) -> tuple[str, list[str]] | str:
-        """(image, binds) for the container, or the refusal reason; asks the engine nothing."""
-        binds: list[str] = []
+    def _plan(self, job: Job) -> Plan | str:
+        """The container's image, user and folder, or the refusal reason; asks the engine
+        nothing. The folder's owner is read here again although a gate read it: it is the
+        owner at this moment that the container gets."""
+        source = None
         if job.kind == "local":
             source = allowed_folder(job.folder, self.settings.allowed_roots)
             if source is None:
                 return FOLDER_NOT_ALLOWED
-            binds.append(f"{source}:{self.settings.workspace}:rw")
+        try:
+            user = job_user(source, self.settings.user)
+        except OSError:  # gone since the check a moment ago
+            return FOLDER_NOT_ALLOWED
+        if user is None:
+            return JOB_USER_ROOT
         image = job.image or self.settings.default_image
         if not image:
             return IMAGE_MISSING
-        return image, binds
+        return Plan(image, user, source)
 
     async def _create(self, ctx: RunContext, config: Json) -> str:
         name = container_name(ctx.job.id)
@@ -292,7 +367,7 @@ class DockerRunner(Runner):
             await self.client.remove(name, force=True)
             return await self.client.create_container(name, config)
 
-    async def _run_created(self, ctx: RunContext, cid: str) -> RunResult:
+    async def _run_created(self, ctx: RunContext, cid: str, source: str | None) -> RunResult:
         name = container_name(ctx.job.id)
         try:
             waiter = await self.client.wait(cid, "next-exit")
@@ -307,6 +382,8 @@ class DockerRunner(Runner):
                 await self.client.start(cid)
             except DockerError as exc:
                 return _never_started(ctx, name, exc)
+            if source is not None and await self._mounted_elsewhere(ctx, cid, source):
+                return RunResult(started=True, refusal=MOUNT_MISMATCH, container=name)
             done = await self._follow(ctx, attached)
             kill = await self._kill_reason(cid, done)
         except (RunLost, DockerError) as exc:
@@ -325,6 +402,17 @@ class DockerRunner(Runner):
             truncated=done.truncated,
             output_lost=attached.output_lost,
         )
+
+    async def _mounted_elsewhere(self, ctx: RunContext, cid: str, source: str) -> bool:
+        """Whether the started container's workspace is not the checked folder; killed if so.
+        An engine that cannot answer raises, as it would a moment later in the run."""
+        why = mismatch(await self.client.inspect(cid), source, self.settings.workspace)
+        if not why:
+            return False
+        event("mount_mismatch", job=ctx.job.id, container=container_name(ctx.job.id), why=why)
+        with contextlib.suppress(ContainerNotFound):
+            await self.client.kill(cid)
+        return True
 
     async def _follow(self, ctx: RunContext, attached: Attachment) -> _Exit:
         """From start to exit: capture output, and stop the container if the run is aborted."""

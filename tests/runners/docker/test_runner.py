@@ -172,7 +172,8 @@ def _folders(tmp_path: Path) -> tuple[Path, Path, Path]:
     outside.mkdir()
     (root / "escape").symlink_to(outside)
     for p in (tmp_path, root, root / "repo"):
-        p.chmod(0o755)  # the container runs as nobody
+        p.chmod(0o755)
+    os.chown(root / "repo", 65534, 65534)  # the container runs as the folder's owner
     (root / "repo" / "marker").write_text("inside\n")
     return root, root / "repo", outside
 
