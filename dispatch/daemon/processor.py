@@ -315,6 +315,8 @@ class Processor:
                 handle.cancel()
 
     def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
+        if abort_reason in HAND_BACK and ended_on_its_own(result):
+            abort_reason = ""  # it exited before the stop reached it: its own outcome stands
         outcome, reason = classify(result, abort_reason)
         record = self._record(claim, job, result, outcome, reason)
         if abort_reason in HAND_BACK:  # a fault stopped it: back without spending an attempt
@@ -440,6 +442,13 @@ class Processor:
         """A bug fails the job for good. The record names the exception's type only: its text
         may hold a host path, and records are read fleet-wide (the worker logs it whole)."""
         return self._refuse(claim, None, Refuse(INTERNAL_ERROR, type(exc).__name__), FAILED)
+
+
+def ended_on_its_own(result: RunResult) -> bool:
+    """The run reached its exit before any stop of ours: what it did is done, whatever
+    happened to its claim meanwhile (the finish and the mirror are fenced; a later pickup
+    settles on the record instead of running the job again)."""
+    return result.started and not result.stopped and result.exit_code is not None
 
 
 def _resolved(pickup: Pickup) -> Job:

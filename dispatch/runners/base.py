@@ -139,6 +139,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     started: bool
     exit_code: int | None = None
     kill: str | None = None  # oom | stop-timeout | sigkill | signal-<n>
+    stopped: bool = False  # the runner stopped it: an abort reached it before it exited
     error: str = ""  # why it never started, or what went wrong around it
     refusal: str = ""  # a policy reason found before starting (image-missing, ...)
     started_ms: int | None = None

@@ -71,7 +71,7 @@ class ProcessRunner(Runner):
         out = OutputFile(ctx.output_path, ctx.output_cap, job.id)
         try:
             copier = asyncio.create_task(_copy(proc, out))
-            kill = await _wait_or_abort(proc, ctx)
+            kill, stopped = await _wait_or_abort(proc, ctx)
             await copier
         finally:
             out.close()
@@ -79,6 +79,7 @@ class ProcessRunner(Runner):
             started=True,
             exit_code=proc.returncode,
             kill=kill or _signal_name(proc.returncode),
+            stopped=stopped,
             started_ms=started,
             ended_ms=self.clock.now_ms(),
             output=str(ctx.output_path),
@@ -94,21 +95,23 @@ class ProcessRunner(Runner):
         """Nothing runs in the background: each run has ended when `run` returns."""
 
 
-async def _wait_or_abort(proc: asyncio.subprocess.Process, ctx: RunContext) -> str | None:
+async def _wait_or_abort(
+    proc: asyncio.subprocess.Process, ctx: RunContext
+) -> tuple[str | None, bool]:
     """Wait for the exit; on abort, TERM the group, then KILL it after the grace (or at once,
-    when the abort is urgent)."""
+    when the abort is urgent). Returns the kill reason and whether it was stopped at all."""
     waiter = asyncio.ensure_future(proc.wait())
     aborted = asyncio.ensure_future(ctx.aborted.wait())
     await asyncio.wait({waiter, aborted}, return_when=asyncio.FIRST_COMPLETED)
     aborted.cancel()
     if waiter.done():
-        return None
+        return None, False
     _signal_group(proc.pid, signal.SIGTERM)
     if await within_grace(ctx, waiter):
-        return None
+        return None, True
     _signal_group(proc.pid, signal.SIGKILL)
     await waiter
-    return STOP_TIMEOUT
+    return STOP_TIMEOUT, True
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -183,7 +183,7 @@ class Stubborn:
     async def run(self, ctx: RunContext) -> RunResult:
         ctx.signal.abort("operator-cancel")  # cancelled once it runs (before, it would not start)
         await self.gone.wait()
-        return RunResult(started=True, exit_code=137, started_ms=1, ended_ms=2)
+        return RunResult(started=True, exit_code=137, started_ms=1, ended_ms=2, stopped=True)
 
 
 async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_path: Path) -> None:
@@ -380,7 +380,7 @@ class Stopped:
     async def run(self, ctx: RunContext) -> RunResult:
         ctx.signal.abort(LEASE_LOST)  # the lease lapses while the run is on
         await ctx.aborted.wait()
-        return RunResult(started=True, exit_code=143, started_ms=1, ended_ms=2)
+        return RunResult(started=True, exit_code=143, started_ms=1, ended_ms=2, stopped=True)
 
 
 async def test_a_run_stopped_by_a_lost_lease_is_handed_back_without_an_attempt(tmp_path: Path):
@@ -427,3 +427,41 @@ async def test_a_claim_judged_lost_just_before_the_run_never_starts(tmp_path: Pa
     )
     deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
     assert (ending.action, deferred.reason, runner.runs) == ("defer", LOCK_LOST, 0)
+
+
+class LosesItsLockAsItEnds(Runner):
+    """The run exits on its own; the lock keeper judges the claim lost just after (a Redis
+    pause past the lock), or had already asked for a stop that the run never saw."""
+
+    def __init__(self, stopped: bool) -> None:
+        super().__init__()
+        self.stopped = stopped
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        self.runs += 1
+        ctx.signal.abort(LOCK_LOST)
+        return RunResult(started=True, exit_code=0, started_ms=1, ended_ms=2, stopped=self.stopped)
+
+
+async def test_a_run_that_ended_before_its_stop_keeps_its_own_outcome(
+    redis, prefix, tmp_path: Path
+) -> None:
+    """Handed back, it would run again although it completed: its outcome is finished and
+    mirrored instead (both fenced, so a claim that is really gone changes nothing)."""
+    mirror = RunMirror(redis, prefix)
+    claim = claim_of(Job(id="j12", command=["true"]))
+    ending = await processor(LosesItsLockAsItEnds(stopped=False), [], tmp_path, mirror).process(
+        claim, AbortSignal()
+    )
+    result = msgspec.json.decode(ending.payload, type=Result)
+    assert (ending.action, result.outcome) == ("finish", "completed")
+    assert ending.mirrored and (await mirror.get("jobs", "j12#1")) is not None
+
+
+async def test_a_run_our_stop_ended_is_handed_back(tmp_path: Path) -> None:
+    claim = claim_of(Job(id="j13", command=["true"]))
+    ending = await processor(LosesItsLockAsItEnds(stopped=True), [], tmp_path).process(
+        claim, AbortSignal()
+    )
+    deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert (ending.action, deferred.reason) == ("defer", LOCK_LOST)

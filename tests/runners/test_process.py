@@ -3,6 +3,7 @@ parent-death guard."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from functools import partial
@@ -69,3 +70,22 @@ async def test_a_claim_judged_live_at_the_spawn_runs(tmp_path: Path) -> None:
     result = await ProcessRunner().run(ctx)
     assert looked and (result.started, result.exit_code) == (True, 0)
     assert marker.exists()
+
+
+@pytest.mark.anyio
+async def test_a_run_says_whether_our_stop_ended_it(tmp_path: Path) -> None:
+    """A child that traps TERM and exits 0 is still a stopped run, not its own exit."""
+
+    def ctx_for(command: list[str]) -> RunContext:
+        return RunContext(
+            job=Job(id="j", command=command), attempt=1, host="h", fence="1",
+            output_path=tmp_path / "out", grace_s=5,
+        )  # fmt: skip
+
+    own = await ProcessRunner().run(ctx_for(["true"]))
+    trapped = ctx_for(["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"])
+    trapped.signal.judged_by(lambda: None)
+    asyncio.get_running_loop().call_later(0.3, trapped.abort, LOCK_LOST)
+    stopped = await ProcessRunner().run(trapped)
+    assert (own.exit_code, own.stopped) == (0, False)
+    assert (stopped.exit_code, stopped.stopped) == (0, True)

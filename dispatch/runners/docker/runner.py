@@ -395,6 +395,7 @@ class DockerRunner(Runner):
             started=True,
             exit_code=done.code,
             kill=kill,
+            stopped=done.stopped,
             started_ms=done.started_ms,
             ended_ms=done.ended_ms,
             container=name,
