@@ -324,14 +324,21 @@ def _ended(codes: Sequence[Any]) -> list[bool]:
 
 
 async def _execute_with_scripts(redis: Redis, pipe: Any) -> list[Any]:
-    """Run a pipeline of EVALSHA calls, loading the scripts once if the server lacks them."""
+    """Run a pipeline of EVALSHA calls. A call the server had no script for runs again once
+    the scripts are loaded, and only that call: the others ran (a claim among them took jobs)."""
     commands = list(pipe.command_stack)
-    try:
-        return list(await pipe.execute())
-    except NoScriptError:
+    results = list(await pipe.execute(raise_on_error=False))
+    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+    if missing:
         await load_all(redis)
-        pipe.command_stack = commands
-        return list(await pipe.execute())
+        async with redis.pipeline(transaction=False) as again:
+            again.command_stack = [commands[i] for i in missing]
+            for i, result in zip(missing, await again.execute(raise_on_error=False), strict=True):
+                results[i] = result
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
 
 
 class _Reason(msgspec.Struct):

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from dispatch.errors import BadCall, InvalidJob
 from dispatch.queue.faults import REDIS_FAULTS
+from dispatch.queue.scripts import script
 from dispatch.queue.transitions import MAX_ITEMS, Claim, EnqueueIncomplete, Finish, NewJob, Queue
 
 pytestmark = pytest.mark.anyio
@@ -114,3 +115,17 @@ async def test_a_refused_finish_hands_back_the_claims_it_came_with(queue: Queue)
     assert await queue.redis.lrange(queue.keys.wait, 0, -1) == [b"j1", b"j2", b"j3"]
     again = await queue.claim(1, "h", 60_000)
     assert (again.claims[0].id, again.claims[0].attempt, again.claims[0].stalls) == ("j1", 1, 0)
+
+
+async def test_a_script_missing_from_the_server_reruns_only_its_own_call(queue: Queue) -> None:
+    """After a restart the server may hold one script and not the other: the claim that ran
+    must not run again, or the jobs it took would be held by nobody."""
+    await queue.enqueue(jobs(3))
+    (held,) = (await queue.claim(1, "h", 60_000)).claims
+    await queue.redis.script_flush()
+    await queue.redis.script_load(script("job_claim").source)
+    ending = Finish("finish", held.id, held.token, b"{}")
+    ended, batch = await queue.finish_and_claim([ending], 2, "h", 60_000)
+    assert ended == [True]
+    assert sorted((c.id, c.token) for c in batch.claims) == sorted(await queue.claims())
+    assert [c.id for c in batch.claims] == ["j1", "j2"]
