@@ -20,11 +20,13 @@ ARGV[3]  keep_runs     int  mirrored run records kept at most (0..1e9)
 ARGV[4]  keep_runs_ms  int  mirrored run records kept at most this long (0..10 years)
 ARGV[5]  action     str   finish | retry | defer; ARGV[5..12] repeat once per job, 1 to 1000
 ARGV[6]  id         str   job id (1-128 of A-Z a-z 0-9 . _ -)
-ARGV[7]  token      str   lock token of the claim, "<host>:<n>"
+ARGV[7]  token      str   lock token of the claim, "<host>:<n>" (id and token are checked
+                          for shape only when they match no lock: the lock hash holds
+                          only well-shaped ones)
 ARGV[8]  delay_ms   int   retry/defer: due after this long (server clock), at most 10 years;
                           finish: 0
 ARGV[9]  payload    str   finish: result JSON; retry/defer: defer record JSON (an object)
-ARGV[10] run_id     str   run record id "<id>#<attempt>" to mirror, "" for none
+ARGV[10] run_id     str   run record id "<id>#<attempt>" of this job to mirror, "" for none
 ARGV[11] run        str   run record JSON (an object), "" exactly when run_id is ""
 ARGV[12] cancelled  str   retry/defer: result JSON to finish with instead while a cancel
                           request stands for the job; "" to retry/defer regardless; finish:
@@ -40,28 +42,34 @@ how long the job has waited for that reason.
 Retention trims at most 200 of each per call.
 ]]
 local YEAR = 31536000000
+local find, byte, sub = string.find, string.byte, string.sub
 -- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
 local function int(text, lo, hi)
-  if #text > 15 or not string.find(text, '^%d+$') then return nil end
+  if #text > 15 or not find(text, '^%d+$') then return nil end
   local v = tonumber(text)
   if v >= lo and v <= hi then return v end
 end
 local function object(s)  -- a JSON object's shape; readers decode, so no full parse here
-  return string.byte(s, 1) == 123 and string.byte(s, -1) == 125
+  return byte(s, 1) == 123 and byte(s, -1) == 125
 end
--- One claim's ending, checked field by field; nil when any is out of shape.
-local actions = {finish = true, retry = true, defer = true}
+-- One claim's ending, field by field; nil when one is out of shape. Its id and token are
+-- looked at once the locks are read (below): only one that matches no lock needs it.
+local actions, argv = {finish = true, retry = true, defer = true}, ARGV
 local function ending(i)
-  local id, token, run_id, run = ARGV[i + 1], ARGV[i + 2], ARGV[i + 5], ARGV[i + 6]
-  local delay = int(ARGV[i + 3], 0, 10 * YEAR)
-  if not actions[ARGV[i]] or not delay or not object(ARGV[i + 4]) or #id > 128 or #token > 90
-      or not string.find(id, '^[%w][%w%._%-]*$') or not string.find(token, '^[%w%._%-]+:%d+$')
-      or (run_id == '') ~= (run == '') or (ARGV[i + 7] ~= '' and not object(ARGV[i + 7])) then
+  local id, run_id, run, cancelled = argv[i + 1], argv[i + 5], argv[i + 6], argv[i + 7]
+  local delay, payload = int(argv[i + 3], 0, 10 * YEAR), argv[i + 4]
+  if not actions[argv[i]] or not delay or byte(payload, 1) ~= 123 or byte(payload, -1) ~= 125
+      or (cancelled ~= '' and not object(cancelled)) then
     return nil
   end
-  local run_of = run ~= '' and #run_id <= 150 and string.match(run_id, '^([%w][%w%._%-]*)#%d+$')
-  if run ~= '' and (not run_of or #run_of > 128 or not object(run)) then return nil end
-  return {ARGV[i], id, token, delay, ARGV[i + 4], run_id, run, ARGV[i + 7]}
+  if run ~= '' or run_id ~= '' then  -- "<this id>#<attempt>" and its record, or neither
+    local n = #id
+    if not object(run) or byte(run_id, n + 1) ~= 35 or sub(run_id, 1, n) ~= id
+        or #run_id > n + 16 or not find(run_id, '^%d+$', n + 2) then
+      return nil
+    end
+  end
+  return {argv[i], id, argv[i + 2], delay, payload, run_id, run, cancelled}
 end
 
 local keep_done, keep_done_ms = int(ARGV[1] or '', 0, 1e9), int(ARGV[2] or '', 0, 10 * YEAR)
@@ -94,6 +102,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))
+-- The lock hash holds only ids and tokens of their shape (enqueue and claim check them), so
+-- an ending that matches its lock has both; one that does not is -1 if shaped, else -4.
+for i, it in ipairs(items) do
+  local id, token = it[2], it[3]
+  if locks[i] ~= token and not (#id <= 128 and #token <= 90
+      and find(id, '^[%w][%w%._%-]*$') and find(token, '^[%w%._%-]+:%d+$')) then
+    return -4
+  end
+end
 local requests = redis.call('HMGET', KEYS[11], unpack(ids))
 local out, held, results, done, later, defers, runs, run_idx = {}, {}, {}, {}, {}, {}, {}, {}
 local earliest, ended = false, {}
