@@ -42,6 +42,7 @@ from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.disk_log import decode as decode_record
 
 HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 # Every read ends at the socket timeout (a silent server is an error, not a hang), so a long
 # blocking wait is taken in steps well under it; redis-py 8 defaults to the same 5 s.
 _SOCKET_TIMEOUT_S = 5.0
@@ -233,7 +234,8 @@ class Client:
             if not owner or not await self.redis.exists(keys.host_alive(owner, self.prefix)):
                 return CancelAnswer("unowned", owner)
             try:
-                await q.request_cancel(job_id, token, int(max(wait_s, 1) * 3000))
+                # a request stands at most a day, the script's bound, however long the wait
+                await q.request_cancel(job_id, token, int(min(max(wait_s, 1) * 3000, DAY_MS)))
             except LockLost:
                 continue  # the claim ended between the two calls: look again
             requested = True

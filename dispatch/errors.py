@@ -3,6 +3,8 @@
     DispatchError
     ├── ConfigError            bad settings or config file
     ├── InvalidJob             a job document that fails validation (exit 2 at the CLI)
+    │   └── BadCall            a Lua script refused its keys or arguments (code -4): nothing
+    │                          was written; a bug or bad input, never retried as a fault
     ├── ScriptError            a Lua script answered with an error code
     │   ├── LockLost           the claim's lock token no longer matches
     │   ├── NotFound           no such job
@@ -28,6 +30,10 @@ class ConfigError(DispatchError):
 
 
 class InvalidJob(DispatchError):
+    pass
+
+
+class BadCall(InvalidJob):
     pass
 
 

@@ -12,17 +12,23 @@ KEYS[9]  marker    zset  wake-up marker
 KEYS[10] paused    str   present while the queue is paused
 KEYS[11] fence     str   monotonic counter behind lock tokens
 ARGV[1]  count     int   0..1000 jobs to claim (0: only promote and report the next due)
-ARGV[2]  host      str   claiming host; tokens are "<host>:<fence>"
-ARGV[3]  lock_ms   int   lock duration
+ARGV[2]  host      str   claiming host, 1-63 of A-Z a-z 0-9 . _ -; tokens are "<host>:<fence>"
+ARGV[3]  lock_ms   int   lock duration, 1 ms to 24 h
 Returns  {now_ms, next_due_ms or 0, id, token, attempt, stalls, queued_ms, job, ...}
          six fields per claimed job; attempt is 1-based; nothing is claimed while paused
-Errors   -4 bad input
+Errors   -4 bad call (key count, argument count, a field out of shape or bounds); nothing is
+         written
 ]]
-if #ARGV ~= 3 then return -4 end
-local count, lock_ms, host = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[2]
--- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
-if not count or count % 1 ~= 0 or count < 0 or count > 1000
-    or not lock_ms or lock_ms % 1 ~= 0 or lock_ms < 1 or host == '' then
+-- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
+local function int(text, lo, hi)
+  if #text > 15 or not string.find(text, '^%d+$') then return nil end
+  local v = tonumber(text)
+  if v >= lo and v <= hi then return v end
+end
+
+if #KEYS ~= 11 or #ARGV ~= 3 then return -4 end
+local count, lock_ms, host = int(ARGV[1], 0, 1000), int(ARGV[3], 1, 86400000), ARGV[2]
+if not count or not lock_ms or #host > 63 or not string.find(host, '^[%w%._%-]+$') then
   return -4
 end
 

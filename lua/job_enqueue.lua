@@ -8,33 +8,47 @@ KEYS[5]  dedup      hash  dedup key -> "<window end ms> <id>"
 KEYS[6]  dedup_exp  zset  dedup key -> when to look at the entry again (purge schedule)
 KEYS[7]  done       zset  finished ids
 KEYS[8]  marker     zset  wake-up marker daemons block on
-ARGV[1]  id         str   job id; ARGV[1..6] repeat once per job
-ARGV[2]  job        str   job JSON
-ARGV[3]  due_ms     int   absolute due instant (server clock), 0 for none
-ARGV[4]  delay_ms   int   delay from server now, 0 for none
-ARGV[5]  dedup      str   dedup key, "" for none
-ARGV[6]  window_ms  int   how long the dedup key holds after enqueue
+ARGV[1]  id         str   job id: 1-128 of A-Z a-z 0-9 . _ -, a letter or digit first;
+                          ARGV[1..6] repeat once per job, 1 to 1000 jobs
+ARGV[2]  job        str   job JSON: an object, at most 65536 bytes
+ARGV[3]  due_ms     int   absolute due instant (server clock), 0 for none; at most now + 10 years
+ARGV[4]  delay_ms   int   delay from server now, 0 for none; at most 10 years
+ARGV[5]  dedup      str   dedup key, "" for none; at most 1024 bytes
+ARGV[6]  window_ms  int   how long the dedup key holds after enqueue; at most a year
 Returns  flat {code, id, code, id, ...}, one pair per job:
          1 created; 0 duplicate (id is the existing job's); -3 the id is already taken
-Errors   -4 bad input (argument count, empty id or job, a number that is not an integer >= 0);
-         nothing is written
+Errors   -4 bad call (key count, argument count, a field out of shape or bounds); nothing is
+         written
 A dedup key holds while its window lasts or while its job is not finished, whichever is longer.
 ]]
+local YEAR = 31536000000
+-- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
+local function int(text, lo, hi)
+  if #text > 15 or not string.find(text, '^%d+$') then return nil end
+  local v = tonumber(text)
+  if v >= lo and v <= hi then return v end
+end
+local function id_shape(s)
+  return #s <= 128 and string.find(s, '^[%w][%w%._%-]*$') ~= nil
+end
+local function object(s)  -- a JSON object's shape; readers decode, so no full parse here
+  return string.byte(s, 1) == 123 and string.byte(s, -1) == 125
+end
+
 local n = #ARGV
-if n == 0 or n % 6 ~= 0 then return -4 end
+if #KEYS ~= 8 or n == 0 or n % 6 ~= 0 or n > 6000 then return -4 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local items = {}
 for i = 1, n, 6 do
-  local due, delay, window = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 5])
-  if ARGV[i] == '' or ARGV[i + 1] == '' or not due or not delay or not window
-      or due < 0 or delay < 0 or window < 0
-      or due % 1 ~= 0 or delay % 1 ~= 0 or window % 1 ~= 0 then
+  local due, delay = int(ARGV[i + 2], 0, now + 10 * YEAR), int(ARGV[i + 3], 0, 10 * YEAR)
+  local window = int(ARGV[i + 5], 0, YEAR)
+  if not id_shape(ARGV[i]) or not object(ARGV[i + 1]) or #ARGV[i + 1] > 65536
+      or #ARGV[i + 4] > 1024 or not due or not delay or not window then
     return -4
   end
   items[#items + 1] = {ARGV[i], ARGV[i + 1], due, delay, ARGV[i + 4], window}
 end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function live(id)
   return redis.call('HEXISTS', KEYS[1], id) == 1 and not redis.call('ZSCORE', KEYS[7], id)
@@ -64,7 +78,7 @@ end
 local ids = {}
 for i, it in ipairs(items) do ids[i] = it[1] end
 local taken = redis.call('HMGET', KEYS[1], unpack(ids))
-local seen, out, data, queued, ready, later = {}, {}, {}, {}, {}, {}
+local seen, out, data, queued, ready, later, dedup, dedup_exp = {}, {}, {}, {}, {}, {}, {}, {}
 local earliest = false
 local purged = false
 
@@ -85,8 +99,8 @@ for i, it in ipairs(items) do
     queued[#queued + 1] = id; queued[#queued + 1] = now
     if key ~= '' then
       seen['dedup:' .. key] = id
-      redis.call('HSET', KEYS[5], key, (now + window) .. ' ' .. id)
-      redis.call('ZADD', KEYS[6], now + window, key)
+      dedup[#dedup + 1] = key; dedup[#dedup + 1] = (now + window) .. ' ' .. id
+      dedup_exp[#dedup_exp + 1] = now + window; dedup_exp[#dedup_exp + 1] = key
     end
     local at = (due > now and due) or (delay > 0 and now + delay) or 0
     if at > 0 then
@@ -102,6 +116,10 @@ end
 if #data > 0 then
   redis.call('HSET', KEYS[1], unpack(data))
   redis.call('HSET', KEYS[2], unpack(queued))
+end
+if #dedup > 0 then
+  redis.call('HSET', KEYS[5], unpack(dedup))
+  redis.call('ZADD', KEYS[6], unpack(dedup_exp))
 end
 if #ready > 0 then
   redis.call('RPUSH', KEYS[3], unpack(ready))

@@ -3,24 +3,33 @@
 KEYS[1]  active   zset  id -> lock deadline ms
 KEYS[2]  lock     hash  id -> lock token
 KEYS[3]  cancel   hash  id -> cancel request expiry ms
-ARGV[1]  lock_ms  int   new lock duration from server now
-ARGV[2]  id       str   job id; ARGV[2..3] repeat once per held job
-ARGV[3]  token    str   lock token of the claim
+ARGV[1]  lock_ms  int   new lock duration from server now, 1 ms to 24 h
+ARGV[2]  id       str   job id; ARGV[2..3] repeat once per held job, 1 to 1000
+ARGV[3]  token    str   lock token of the claim, "<host>:<n>"
 Returns  {{lost ids}, {ids with a live cancel request}}; a lost lock is not renewed, and a
          lock whose deadline has passed is lost even before a sweep took it: the owner
          may already have stopped the run, so it must not come back to life
-Errors   -4 bad input; nothing is written
+Errors   -4 bad call (key count, argument count, a field out of shape or bounds); nothing is
+         written
 ]]
-local lock_ms = tonumber(ARGV[1])
--- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
-if not lock_ms or lock_ms % 1 ~= 0 or lock_ms < 1 or #ARGV < 3 or (#ARGV - 1) % 2 ~= 0 then
-  return -4
+-- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
+local function int(text, lo, hi)
+  if #text > 15 or not string.find(text, '^%d+$') then return nil end
+  local v = tonumber(text)
+  if v >= lo and v <= hi then return v end
 end
+
+local lock_ms = int(ARGV[1] or '', 1, 86400000)
+if #KEYS ~= 3 or not lock_ms or #ARGV < 3 or #ARGV % 2 ~= 1 or #ARGV > 2001 then return -4 end
 local ids, tokens = {}, {}
 for i = 2, #ARGV, 2 do
-  if ARGV[i] == '' or ARGV[i + 1] == '' then return -4 end
-  ids[#ids + 1] = ARGV[i]
-  tokens[#tokens + 1] = ARGV[i + 1]
+  local id, token = ARGV[i], ARGV[i + 1]
+  if #id > 128 or #token > 90 or not string.find(id, '^[%w][%w%._%-]*$')
+      or not string.find(token, '^[%w%._%-]+:%d+$') then
+    return -4
+  end
+  ids[#ids + 1] = id
+  tokens[#tokens + 1] = token
 end
 
 local t = redis.call('TIME')

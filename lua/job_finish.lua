@@ -14,51 +14,77 @@ KEYS[11] cancel     hash  id -> cancel request expiry ms
 KEYS[12] runs       hash  run id -> run record JSON
 KEYS[13] runs_idx   zset  run id -> recorded ms
 KEYS[14] marker     zset  wake-up marker
-ARGV[1]  keep_done     int  finished jobs kept at most
-ARGV[2]  keep_done_ms  int  finished jobs kept at most this long
-ARGV[3]  keep_runs     int  mirrored run records kept at most
-ARGV[4]  keep_runs_ms  int  mirrored run records kept at most this long
-ARGV[5]  action     str   finish | retry | defer; ARGV[5..12] repeat once per job
-ARGV[6]  id         str   job id
-ARGV[7]  token      str   lock token of the claim
-ARGV[8]  delay_ms   int   retry/defer: due after this long (server clock); finish: 0
-ARGV[9]  payload    str   finish: result JSON; retry/defer: defer record JSON
-ARGV[10] run_id     str   run record id to mirror, "" for none
-ARGV[11] run        str   run record JSON, "" for none
+ARGV[1]  keep_done     int  finished jobs kept at most (0..1e9)
+ARGV[2]  keep_done_ms  int  finished jobs kept at most this long (0..10 years)
+ARGV[3]  keep_runs     int  mirrored run records kept at most (0..1e9)
+ARGV[4]  keep_runs_ms  int  mirrored run records kept at most this long (0..10 years)
+ARGV[5]  action     str   finish | retry | defer; ARGV[5..12] repeat once per job, 1 to 1000
+ARGV[6]  id         str   job id (1-128 of A-Z a-z 0-9 . _ -)
+ARGV[7]  token      str   lock token of the claim, "<host>:<n>" (id and token are checked
+                          for shape only when they match no lock: the lock hash holds
+                          only well-shaped ones)
+ARGV[8]  delay_ms   int   retry/defer: due after this long (server clock), at most 10 years;
+                          finish: 0
+ARGV[9]  payload    str   finish: result JSON; retry/defer: defer record JSON (an object)
+ARGV[10] run_id     str   run record id "<id>#<attempt>" of this job to mirror, "" for none
+ARGV[11] run        str   run record JSON (an object), "" exactly when run_id is ""
 ARGV[12] cancelled  str   retry/defer: result JSON to finish with instead while a cancel
                           request stands for the job; "" to retry/defer regardless; finish:
                           not read
 Returns  flat list of codes, one per job: 1 done; 2 a retry or defer finished as `cancelled`
          instead (an operator asked to cancel the job); -1 lock lost (nothing written for it)
-Errors   -4 bad input (a number that is not an integer >= 0, an unknown action, an empty
-         field); nothing is written
+Errors   -4 bad call (key count, argument count, an unknown action, a field out of shape or
+         bounds); nothing is written
 A claim ends once: a second ending for the same id in one call gets -1.
 A retry counts an attempt; a defer counts none, nor does one that finished as cancelled.
 A defer record whose reason repeats the previous one's gets the previous `since` (or `at`):
 how long the job has waited for that reason.
 Retention trims at most 200 of each per call.
 ]]
--- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
-local function count(x)
-  local v = tonumber(x)
-  if v and v % 1 == 0 and v >= 0 then return v end
+local YEAR = 31536000000
+local find, byte, sub = string.find, string.byte, string.sub
+-- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
+local function int(text, lo, hi)
+  if #text > 15 or not find(text, '^%d+$') then return nil end
+  local v = tonumber(text)
+  if v >= lo and v <= hi then return v end
 end
-local keep_done, keep_done_ms = count(ARGV[1]), count(ARGV[2])
-local keep_runs, keep_runs_ms = count(ARGV[3]), count(ARGV[4])
-if not keep_done or not keep_done_ms or not keep_runs or not keep_runs_ms then return -4 end
+local function object(s)  -- a JSON object's shape; readers decode, so no full parse here
+  return byte(s, 1) == 123 and byte(s, -1) == 125
+end
+-- One claim's ending, field by field; nil when one is out of shape. Its id and token are
+-- looked at once the locks are read (below): only one that matches no lock needs it.
+local actions, argv = {finish = true, retry = true, defer = true}, ARGV
+local function ending(i)
+  local id, run_id, run, cancelled = argv[i + 1], argv[i + 5], argv[i + 6], argv[i + 7]
+  local delay, payload = int(argv[i + 3], 0, 10 * YEAR), argv[i + 4]
+  if not actions[argv[i]] or not delay or byte(payload, 1) ~= 123 or byte(payload, -1) ~= 125
+      or (cancelled ~= '' and not object(cancelled)) then
+    return nil
+  end
+  if run ~= '' or run_id ~= '' then  -- "<this id>#<attempt>" and its record, or neither
+    local n = #id
+    if not object(run) or byte(run_id, n + 1) ~= 35 or sub(run_id, 1, n) ~= id
+        or #run_id > n + 16 or not find(run_id, '^%d+$', n + 2) then
+      return nil
+    end
+  end
+  return {argv[i], id, argv[i + 2], delay, payload, run_id, run, cancelled}
+end
+
+local keep_done, keep_done_ms = int(ARGV[1] or '', 0, 1e9), int(ARGV[2] or '', 0, 10 * YEAR)
+local keep_runs, keep_runs_ms = int(ARGV[3] or '', 0, 1e9), int(ARGV[4] or '', 0, 10 * YEAR)
 local n = #ARGV - 4
-if n <= 0 or n % 8 ~= 0 then return -4 end
-local actions = {finish = true, retry = true, defer = true}
+if #KEYS ~= 14 or not keep_done or not keep_done_ms or not keep_runs or not keep_runs_ms
+    or n <= 0 or n % 8 ~= 0 or n > 8000 then
+  return -4
+end
 local items, ids = {}, {}
 for i = 5, #ARGV, 8 do
-  local delay = count(ARGV[i + 3])
-  if not actions[ARGV[i]] or ARGV[i + 1] == '' or ARGV[i + 2] == '' or ARGV[i + 4] == ''
-      or not delay then
-    return -4
-  end
-  items[#items + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], delay, ARGV[i + 4], ARGV[i + 5],
-                       ARGV[i + 6], ARGV[i + 7]}
-  ids[#ids + 1] = ARGV[i + 1]
+  local it = ending(i)
+  if not it then return -4 end
+  items[#items + 1] = it
+  ids[#ids + 1] = it[2]
 end
 
 -- A job deferred again for the same reason keeps the instant it first waited for it (`since`).
@@ -76,6 +102,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))
+-- The lock hash holds only ids and tokens of their shape (enqueue and claim check them), so
+-- an ending that matches its lock has both; one that does not is -1 if shaped, else -4.
+for i, it in ipairs(items) do
+  local id, token = it[2], it[3]
+  if locks[i] ~= token and not (#id <= 128 and #token <= 90
+      and find(id, '^[%w][%w%._%-]*$') and find(token, '^[%w%._%-]+:%d+$')) then
+    return -4
+  end
+end
 local requests = redis.call('HMGET', KEYS[11], unpack(ids))
 local out, held, results, done, later, defers, runs, run_idx = {}, {}, {}, {}, {}, {}, {}, {}
 local earliest, ended = false, {}

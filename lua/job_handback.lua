@@ -7,21 +7,25 @@ KEYS[4]  marker    zset  wake-up marker
 KEYS[5]  cancel    hash  id -> cancel request expiry ms
 KEYS[6]  attempts  hash  id -> attempts spent
 KEYS[7]  runs      hash  run id "<id>#<attempt>" -> run record JSON (fleet mirror)
-ARGV[1]  id        str   job id; ARGV[1..2] repeat once per claim
-ARGV[2]  token     str   lock token of the claim given back
+ARGV[1]  id        str   job id; ARGV[1..2] repeat once per claim, 1 to 1000
+ARGV[2]  token     str   lock token of the claim given back, "<host>:<n>"
 Returns  {{handed back ids}, {recorded ids}}, each in the order given. A claim whose lock no
          longer holds its token (finished, swept, re-claimed) is left as it is. So is a claim
          whose attempt already has a run record: its run ended but its finish did not land,
          and handed back it would run again; its lock lapses, and after that stall the
          settled-record gate ends it as recorded
-Errors   -4 bad input; nothing is written
+Errors   -4 bad call (key count, argument count, a field out of shape); nothing is written
 ]]
-if #ARGV < 2 or #ARGV % 2 ~= 0 then return -4 end
+if #KEYS ~= 7 or #ARGV < 2 or #ARGV % 2 ~= 0 or #ARGV > 2000 then return -4 end
 local ids, tokens = {}, {}
 for i = 1, #ARGV, 2 do
-  if ARGV[i] == '' or ARGV[i + 1] == '' then return -4 end
-  ids[#ids + 1] = ARGV[i]
-  tokens[#tokens + 1] = ARGV[i + 1]
+  local id, token = ARGV[i], ARGV[i + 1]
+  if #id > 128 or #token > 90 or not string.find(id, '^[%w][%w%._%-]*$')
+      or not string.find(token, '^[%w%._%-]+:%d+$') then
+    return -4
+  end
+  ids[#ids + 1] = id
+  tokens[#tokens + 1] = token
 end
 
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))

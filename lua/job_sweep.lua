@@ -8,17 +8,25 @@ KEYS[5]  stalls      hash  id -> stall count
 KEYS[6]  result      hash  id -> final result JSON
 KEYS[7]  marker      zset  wake-up marker
 KEYS[8]  cancel      hash  id -> cancel request expiry ms
-ARGV[1]  max_stalls  int   stalls allowed before the job fails
+ARGV[1]  max_stalls  int   stalls allowed before the job fails, 0..1000
 ARGV[2]  limit       int   1..1000 jobs looked at per call
-ARGV[3]  result      str   result JSON written for a job that stalled too often
+ARGV[3]  result      str   result JSON (an object) written for a job that stalled too often
 Returns  {{requeued ids}, {failed ids}}
-Errors   -4 bad input; nothing is written
+Errors   -4 bad call (key count, argument count, a field out of shape or bounds); nothing is
+         written
 ]]
-if #ARGV ~= 3 then return -4 end
-local max_stalls, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
--- x % 1 ~= 0 also rejects nan and inf, which pass plain comparisons
-if not max_stalls or max_stalls % 1 ~= 0 or max_stalls < 0
-    or not limit or limit % 1 ~= 0 or limit < 1 or limit > 1000 or ARGV[3] == '' then
+-- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
+local function int(text, lo, hi)
+  if #text > 15 or not string.find(text, '^%d+$') then return nil end
+  local v = tonumber(text)
+  if v >= lo and v <= hi then return v end
+end
+
+if #KEYS ~= 8 or #ARGV ~= 3 then return -4 end
+local max_stalls, limit = int(ARGV[1], 0, 1000), int(ARGV[2], 1, 1000)
+-- the result's shape: a JSON object; readers decode it
+if not max_stalls or not limit or string.byte(ARGV[3], 1) ~= 123
+    or string.byte(ARGV[3], -1) ~= 125 then
   return -4
 end
 

@@ -2,26 +2,28 @@
 --[[ lease_acquire: take one of N slots of a fleet-wide counting semaphore.
 KEYS[1]  holders  zset    holder id -> expiry (server ms)
 KEYS[2]  fence    string  monotonic fencing counter (never expires)
-ARGV[1]  holder   str     unique per holding attempt, e.g. "<host>:<random>"
-ARGV[2]  slots    int     N >= 1
-ARGV[3]  ttl_ms   int     >= 1; the grant lapses this long after the call unless renewed
+ARGV[1]  holder   str     unique per holding attempt, e.g. "<host>:<random>"; 1-255 bytes
+ARGV[2]  slots    int     N, 1..1000000
+ARGV[3]  ttl_ms   int     1 ms to 24 h; the grant lapses this long after the call unless renewed
 Returns  {1, fence}    granted; fence strictly increases with every grant of this lease
          {0, holders}  all N slots are held by others (holders = live holder count)
-Errors   -4            bad input: wrong key/arg count, empty holder, N or ttl_ms not a positive integer
+Errors   -4            bad call: wrong key/arg count, holder empty or over 255 bytes, N or ttl_ms
+                       out of bounds; nothing is written
 A current holder calling again has its expiry refreshed and gets a new fence, never a second slot.
 ]]
 
-local function positive_int(text)
-  local n = tonumber(text)
-  if n and n >= 1 and n < 2 ^ 53 and n == math.floor(n) then return n end
-  return nil
+-- Plain digits only: tonumber would also take nan, inf, hex, exponents and padding.
+local function int(text, lo, hi)
+  if #text > 15 or not string.find(text, '^%d+$') then return nil end
+  local v = tonumber(text)
+  if v >= lo and v <= hi then return v end
 end
 
 if #KEYS ~= 2 or #ARGV ~= 3 then return -4 end
 local holder = ARGV[1]
-local slots = positive_int(ARGV[2])
-local ttl_ms = positive_int(ARGV[3])
-if holder == '' or not slots or not ttl_ms then return -4 end
+local slots = int(ARGV[2], 1, 1000000)
+local ttl_ms = int(ARGV[3], 1, 86400000)
+if holder == '' or #holder > 255 or not slots or not ttl_ms then return -4 end
 
 local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

@@ -169,8 +169,9 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
 
 
 def _check(s: Settings) -> None:
-    if s.lock_ms < 3000:
-        raise ConfigError("DISPATCH_LOCK_MS must be at least 3000")
+    # the upper bounds are the Lua scripts' own (lua/README.md): past them every call is refused
+    if not 3000 <= s.lock_ms <= 86_400_000:
+        raise ConfigError("DISPATCH_LOCK_MS must be at least 3000 and at most 86400000 (24h)")
     if s.renew_s <= 0 or s.sweep_s <= 0:
         raise ConfigError("DISPATCH_RENEW_EVERY and DISPATCH_SWEEP_EVERY must be above 0")
     # A run is stopped before its lock can lapse (daemon/lock_keeper.py): the lock must leave
@@ -181,10 +182,10 @@ def _check(s: Settings) -> None:
             f"DISPATCH_LOCK_MS={s.lock_ms} is too short for DISPATCH_STOP_GRACE and "
             f"DISPATCH_RENEW_EVERY: it must be at least 3 x (grace + renewal) = {floor_ms:.0f}"
         )
-    if s.lease_ttl_s < 1:
-        raise ConfigError("DISPATCH_LEASE_TTL must be at least 1s")
-    if s.max_stalls < 0:
-        raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")
+    if not 1 <= s.lease_ttl_s <= 86_400:
+        raise ConfigError("DISPATCH_LEASE_TTL must be at least 1s and at most 24h")
+    if not 0 <= s.max_stalls <= 1000:
+        raise ConfigError("DISPATCH_MAX_STALLS must be 0 to 1000")
     if s.reconcile_s < 1:  # each round lists the engine's containers: not a busy loop
         raise ConfigError("DISPATCH_RECONCILE_EVERY must be at least 1s")
     # a run's file is new when the run starts: a retention longer than one pruning pass means

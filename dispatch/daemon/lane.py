@@ -15,7 +15,9 @@ frozen or overloaded daemon may read a lock that has already lapsed).
 
 A Redis fault in any of them is logged and retried; a finish that cannot be sent stays
 pending (its claim stays held and renewed) until Redis answers. A local log that cannot be
-written is logged and skipped: the finish carries the record to Redis all the same.
+written is logged and skipped: the finish carries the record to Redis all the same. A call a
+script refuses (`BadCall`: a bug, not a fault) is logged and not retried: a refused finish is
+dropped, and its claims lapse and are swept, a stall each, so a bug that repeats is bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.tasks import Lifecycle
+from dispatch.errors import BadCall
 from dispatch.log import event
 from dispatch.queue.transitions import Claim, ClaimBatch, Finish, Queue
 from dispatch.records.disk_log import RecordLog
@@ -126,6 +129,9 @@ class Lane:
             event("redis_error", during="claim", error=str(exc))
             await self.life.stopped_within(CLAIM_RETRY_S)
             return
+        except BadCall:
+            self.capacity.give(want)  # the supervisor logs it and backs off
+            raise
         finally:
             self.claiming -= 1
         self.accept(batch, want, sent)
@@ -209,6 +215,10 @@ class Lane:
             event("redis_error", during="finish", error=str(exc))
             await self.life.stopped_within(FINISH_RETRY_S)
             self.flush_now.set()
+            return
+        except BadCall as exc:  # sending it again cannot help
+            self.capacity.give(want)
+            event("finish_refused_bad_call", jobs=[f.id for f in items], error=str(exc))
             return
         finally:
             self.claiming -= 1

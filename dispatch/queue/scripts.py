@@ -8,6 +8,11 @@ Each script's SHA is computed locally; a call goes out as EVALSHA and, on NOSCRI
 or failed-over server), the source is loaded once and the call retried. Scripts return plain
 values; negative integers are error codes, mirrored by `Code` and turned into exceptions by
 `raise_for` (or `checked`, for a reply that is either a code or a value).
+
+`BAD_INPUT` (-4) is a refused call: a wrong key count, argument count, or a field out of shape
+or bounds (lua/README.md lists the bounds). The script answers it before its first write, so
+nothing changed; it becomes `BadCall`, which is not a Redis fault and is never retried as one.
+Being a reply value rather than an error reply, it cannot be mistaken for one by any client.
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from dispatch.errors import ConfigError, Conflict, InvalidJob, LockLost, NotFound, ScriptError
+from dispatch.errors import (
+    BadCall,
+    ConfigError,
+    Conflict,
+    InvalidJob,
+    LockLost,
+    NotFound,
+    ScriptError,
+)
 
 Arg = str | int | float | bytes
 
@@ -41,12 +54,18 @@ _ERRORS: dict[int, type[ScriptError] | type[InvalidJob]] = {
     Code.LOCK_LOST: LockLost,
     Code.NOT_FOUND: NotFound,
     Code.CONFLICT: Conflict,
-    Code.BAD_INPUT: InvalidJob,
+    Code.BAD_INPUT: BadCall,
 }
+_BAD_CALL = (
+    "refused as a bad call (a key or argument missing or too many, or a field out of shape or"
+    " bounds); nothing was written"
+)
 
 
 def raise_for(code: int, what: str) -> None:
     """Raise the exception that stands for a negative script code; do nothing otherwise."""
+    if code == Code.BAD_INPUT:
+        raise BadCall(f"{what}: {_BAD_CALL}")
     if code < 0:
         error = _ERRORS.get(code, ScriptError)
         raise error(

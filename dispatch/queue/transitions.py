@@ -10,82 +10,55 @@
 Every transition of a claimed job carries the claim's lock token; a stale token changes
 nothing. Reads (`get`, `list`) are plain pipelined commands: they may see a job mid-move but
 never change one.
+
+Bad calls. Every script checks its key count and every argument (plain-digit integers within
+bounds, ids and tokens of their shape, JSON fields shaped as objects, at most `MAX_ITEMS` items)
+before its first write, and answers -4 otherwise, having changed nothing. The wrappers raise
+`BadCall` for it: a bug or bad input, never a Redis fault, so nothing retries it as one.
+
+Batches. A script takes at most `MAX_ITEMS` jobs or claims per call; `enqueue`, `finish`,
+`extend` and `hand_back` split a longer list into calls of that size, in order. Each call is
+atomic; the batch as a whole is not. A failure in a later call of `enqueue` raises
+`EnqueueIncomplete`, carrying the answers of the calls that landed and the jobs not written
+(a failure in the first call raises as it is: nothing was written). `finish` raises the
+failing call's error as is: the calls before it ended their claims, and sending the whole
+batch again is safe, because those claims are fenced and answer lock-lost, writing nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from dispatch.queue.items import (
+    MAX_ITEMS,
+    Claim,
+    ClaimBatch,
+    Enqueued,
+    EnqueueIncomplete,
+    Finish,
+    NewJob,
+    Retention,
+)
 from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, queue_keys, queues_registry
 from dispatch.queue.scripts import Arg, Code, checked, load_all, raise_for, script
 
-DAY_MS = 24 * 3_600_000
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    keep_done: int = 10_000
-    keep_done_ms: int = 7 * DAY_MS
-    keep_runs: int = 50_000
-    keep_runs_ms: int = 14 * DAY_MS
-
-
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    id: str
-    data: bytes
-    due_ms: int = 0
-    delay_ms: int = 0
-    dedup: str = ""
-    dedup_window_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    queue: str
-    id: str
-    token: str
-    attempt: int
-    stalls: int
-    queued_ms: int
-    data: bytes
-
-
-@dataclass(slots=True)
-class ClaimBatch:
-    now_ms: int
-    next_due_ms: int  # 0 when nothing is delayed
-    claims: list[Claim] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """One ending of a claim: `finish` (result payload), `retry` or `defer` (defer payload).
-
-    `cancelled`, for a retry or defer, is the result it finishes with instead if an operator's
-    cancel request stands for the job when the ending lands (job_finish decides, atomically)."""
-
-    action: str
-    id: str
-    token: str
-    payload: bytes
-    delay_ms: int = 0
-    run_id: str = ""
-    run: bytes = b""
-    cancelled: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueued:
-    id: str
-    created: bool  # False: a duplicate of the job `id` within its dedup window, or taken
-    taken: bool = False  # the id already belongs to another job: nothing was written
+__all__ = [
+    "MAX_ITEMS",
+    "Claim",
+    "ClaimBatch",
+    "EnqueueIncomplete",
+    "Enqueued",
+    "Finish",
+    "NewJob",
+    "Queue",
+    "Retention",
+]
+T = TypeVar("T")
 
 
 class Queue:
@@ -104,7 +77,23 @@ class Queue:
         self._registered = False
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Add jobs; each answer says created, duplicate (the first job's id) or taken."""
+        """Add jobs; each answer says created, duplicate (the first job's id) or taken.
+        More than `MAX_ITEMS` go in several atomic calls (see the module docstring)."""
+        done: list[Enqueued] = []
+        for start in range(0, len(jobs), MAX_ITEMS):
+            try:
+                done += await self._enqueue(jobs[start : start + MAX_ITEMS])
+            except Exception as exc:
+                if not done:
+                    raise
+                raise EnqueueIncomplete(
+                    f"enqueue: {len(done)} of {len(jobs)} jobs answered, then {exc}",
+                    done,
+                    list(jobs[start:]),
+                ) from exc
+        return done
+
+    async def _enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         k = self.keys
         args: list[Arg] = []
         for j in jobs:
@@ -182,36 +171,50 @@ class Queue:
 
     async def finish(self, items: Sequence[Finish]) -> list[bool]:
         """End claims; each answer is False when that claim's lock was lost (True when a retry
-        or defer finished as cancelled instead: the claim ended all the same)."""
-        keys, args = self._finish_call(items)
-        return _ended(checked(await script("job_finish")(self.redis, keys, args), "finish"))
+        or defer finished as cancelled instead: the claim ended all the same). More than
+        `MAX_ITEMS` go in several atomic calls (see the module docstring)."""
+        ended: list[bool] = []
+        for part in _parts(items):
+            keys, args = self._finish_call(part)
+            reply = await script("job_finish")(self.redis, keys, args)
+            ended += _ended(checked(reply, "finish"))
+        return ended
 
     async def finish_and_claim(
         self, items: Sequence[Finish], count: int, host: str, lock_ms: int
     ) -> tuple[list[bool], ClaimBatch]:
-        """Both in one round trip: the hot path of a busy daemon."""
+        """Both in one round trip: the hot path of a busy daemon. Past `MAX_ITEMS` endings,
+        the first ones go ahead in calls of their own."""
+        split = max(len(items) - MAX_ITEMS, 0)
+        head = await self.finish(items[:split]) if split else []
+        items = items[split:]
         fkeys, fargs = self._finish_call(items)
         ckeys, cargs = self._claim_call(count, host, lock_ms)
         async with self.redis.pipeline(transaction=False) as pipe:
             script("job_finish").queue(pipe, fkeys, fargs)
             script("job_claim").queue(pipe, ckeys, cargs)
             finished, claimed = await _execute_with_scripts(self.redis, pipe)
-        return _ended(checked(finished, "finish")), self._claims(claimed)
+        batch = self._claims(claimed)
+        if finished == Code.BAD_INPUT:  # the claims the refused call came with go back at once
+            await self.hand_back([(c.id, c.token) for c in batch.claims])
+        return head + _ended(checked(finished, "finish")), batch
 
     async def extend(
         self, locks: Sequence[tuple[str, str]], lock_ms: int
     ) -> tuple[list[str], list[str]]:
         """Renew locks; return (lost ids, ids with a pending cancel request)."""
-        if not locks:
-            return [], []
-        args: list[Arg] = [lock_ms]
-        for job_id, token in locks:
-            args += [job_id, token]
+        lost: list[str] = []
+        cancels: list[str] = []
         k = self.keys
-        reply = checked(
-            await script("job_extend")(self.redis, [k.active, k.lock, k.cancel], args), "extend"
-        )
-        return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
+        for part in _parts(locks):
+            args: list[Arg] = [lock_ms, *(x for pair in part for x in pair)]
+            reply = checked(
+                await script("job_extend")(self.redis, [k.active, k.lock, k.cancel], args),
+                "extend",
+            )
+            lost += [_text(x) for x in reply[0]]
+            cancels += [_text(x) for x in reply[1]]
+        return lost, cancels
 
     async def sweep(
         self, max_stalls: int, result: bytes, limit: int = 100
@@ -241,13 +244,16 @@ class Queue:
 
         A claim whose lock moved on is left alone. A recorded one ran to its end: handed back
         it would run again, so its lock is left to lapse and the settled gate ends it."""
-        if not pairs:
-            return [], []
-        args: list[Arg] = [x for pair in pairs for x in pair]
+        back: list[str] = []
+        recorded: list[str] = []
         k = self.keys
         keys = [k.active, k.lock, k.wait, k.marker, k.cancel, k.attempts, k.runs]
-        reply = checked(await script("job_handback")(self.redis, keys, args), "hand back")
-        return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
+        for part in _parts(pairs):
+            args: list[Arg] = [x for pair in part for x in pair]
+            reply = checked(await script("job_handback")(self.redis, keys, args), "hand back")
+            back += [_text(x) for x in reply[0]]
+            recorded += [_text(x) for x in reply[1]]
+        return back, recorded
 
     async def cancel(self, job_id: str, result: bytes, run_id: str, run: bytes) -> tuple[int, str]:
         """(1, "") cancelled before start; (2, token) running; (3, "") already finished."""
@@ -308,19 +314,31 @@ class Queue:
         await self.redis.zadd(self.keys.marker, {"w": 0})
 
 
+def _parts(items: Sequence[T]) -> list[Sequence[T]]:
+    """Consecutive slices of at most `MAX_ITEMS`: one script call each."""
+    return [items[i : i + MAX_ITEMS] for i in range(0, len(items), MAX_ITEMS)]
+
+
 def _ended(codes: Sequence[Any]) -> list[bool]:
     return [int(c) > 0 for c in codes]
 
 
 async def _execute_with_scripts(redis: Redis, pipe: Any) -> list[Any]:
-    """Run a pipeline of EVALSHA calls, loading the scripts once if the server lacks them."""
+    """Run a pipeline of EVALSHA calls. A call the server had no script for runs again once
+    the scripts are loaded, and only that call: the others ran (a claim among them took jobs)."""
     commands = list(pipe.command_stack)
-    try:
-        return list(await pipe.execute())
-    except NoScriptError:
+    results = list(await pipe.execute(raise_on_error=False))
+    missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+    if missing:
         await load_all(redis)
-        pipe.command_stack = commands
-        return list(await pipe.execute())
+        async with redis.pipeline(transaction=False) as again:
+            again.command_stack = [commands[i] for i in missing]
+            for i, result in zip(missing, await again.execute(raise_on_error=False), strict=True):
+                results[i] = result
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
 
 
 class _Reason(msgspec.Struct):

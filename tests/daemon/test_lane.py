@@ -13,7 +13,7 @@ from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.tasks import Lifecycle
-from dispatch.queue.transitions import Claim, Queue
+from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
 from dispatch.records.disk_log import RecordLog
 from tests.support.polling import eventually
 
@@ -55,3 +55,19 @@ async def test_due_with_no_room_passes_a_wake_up_on(
 
 async def _marked(redis: Redis, lane: Lane) -> bool:
     return await redis.zscore(lane.queue.keys.marker, "w") is not None
+
+
+async def test_a_refused_finish_is_dropped_not_retried(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A finish the script refuses (a bug) is logged once, the room it took for the next claim
+    is given back, and it is not put back to pending: sending it again would be refused again."""
+    lane = lane_of(redis, prefix, tmp_path, 2, FakeClock())
+    await lane.queue.enqueue([NewJob("a", b'{"id":"a"}'), NewJob("b", b'{"id":"b"}')])
+    (claim,) = (await lane.queue.claim(1, "h1", 60_000)).claims
+    lane.end(Finish("finish", claim.id, claim.token, b"not json"), None)
+    await lane.flush()
+    assert lane.pending == []
+    assert lane.capacity.free == 2
+    assert await lane.queue.claims() == [(claim.id, claim.token)]  # its lock lapses, then a sweep
+    assert await redis.lrange(lane.queue.keys.wait, 0, -1) == [b"b"]

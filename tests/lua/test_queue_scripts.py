@@ -169,14 +169,15 @@ async def test_enqueue_batch_reports_one_pair_per_job(q: Q) -> None:
 
 
 async def test_enqueue_taken_id_is_a_conflict_and_writes_nothing(q: Q) -> None:
-    await q.enqueue("a", b"first")
+    await q.enqueue("a", b'{"n":"first"}')
     before = await q.snapshot()
-    assert await q.enqueue("a", b"second") == [CONFLICT, b"a"]
+    assert await q.enqueue("a", b'{"n":"second"}') == [CONFLICT, b"a"]
     assert await q.snapshot() == before
     # the same id twice in one call: the first wins
-    reply = await q.call("job_enqueue", "b", b"1", 0, 0, "", 0, "b", b"2", 0, 0, "", 0)
+    one, two = b'{"n":1}', b'{"n":2}'
+    reply = await q.call("job_enqueue", "b", one, 0, 0, "", 0, "b", two, 0, 0, "", 0)
     assert reply == [1, b"b", CONFLICT, b"b"]
-    assert await q.redis.hget(q.k.data, "b") == b"1"
+    assert await q.redis.hget(q.k.data, "b") == one
 
 
 async def test_duplicate_within_window_returns_first_id_and_writes_nothing(q: Q) -> None:

@@ -210,9 +210,9 @@ class QueueMachine(RuleBasedStateMachine):
         state = self.state.get(job_id)
         if state is None:
             with pytest.raises(NotFound):
-                self.run(self.queue.cancel(job_id, b"{}", "r", b"{}"))
+                self.run(self.queue.cancel(job_id, b"{}", f"{job_id}#1", b"{}"))
             return
-        code, token = self.run(self.queue.cancel(job_id, b"{}", f"{job_id}#c", b"{}"))
+        code, token = self.run(self.queue.cancel(job_id, b"{}", f"{job_id}#9", b"{}"))
         expected = {"done": (3, ""), "active": (2, self.held.get(job_id))}
         assert (code, token) == expected.get(state, (1, ""))
         if state == "wait":

@@ -1,0 +1,84 @@
+"""What a queue's transitions take and give: new jobs, claims, endings and their answers.
+
+`MAX_ITEMS` is the scripts' own bound on jobs or claims per call; `Queue` splits longer lists
+(see `dispatch/queue/transitions.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dispatch.errors import DispatchError
+
+DAY_MS = 24 * 3_600_000
+MAX_ITEMS = 1000  # jobs or claims per script call
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    keep_done: int = 10_000
+    keep_done_ms: int = 7 * DAY_MS
+    keep_runs: int = 50_000
+    keep_runs_ms: int = 14 * DAY_MS
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    id: str
+    data: bytes
+    due_ms: int = 0
+    delay_ms: int = 0
+    dedup: str = ""
+    dedup_window_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    queue: str
+    id: str
+    token: str
+    attempt: int
+    stalls: int
+    queued_ms: int
+    data: bytes
+
+
+@dataclass(slots=True)
+class ClaimBatch:
+    now_ms: int
+    next_due_ms: int  # 0 when nothing is delayed
+    claims: list[Claim] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """One ending of a claim: `finish` (result payload), `retry` or `defer` (defer payload).
+
+    `cancelled`, for a retry or defer, is the result it finishes with instead if an operator's
+    cancel request stands for the job when the ending lands (job_finish decides, atomically)."""
+
+    action: str
+    id: str
+    token: str
+    payload: bytes
+    delay_ms: int = 0
+    run_id: str = ""
+    run: bytes = b""
+    cancelled: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: str
+    created: bool  # False: a duplicate of the job `id` within its dedup window, or taken
+    taken: bool = False  # the id already belongs to another job: nothing was written
+
+
+class EnqueueIncomplete(DispatchError):
+    """A split enqueue whose later call failed: `done` answers the jobs written (in order),
+    `pending` the jobs not written; the failing call's error is the cause."""
+
+    def __init__(self, message: str, done: list[Enqueued], pending: list[NewJob]) -> None:
+        super().__init__(message)
+        self.done = done
+        self.pending = pending
