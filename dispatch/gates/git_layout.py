@@ -189,6 +189,8 @@ def _entries(path: str) -> Iterator[os.DirEntry[str]]:
     try:
         with os.scandir(path) as entries:
             yield from entries
+    except FileNotFoundError:
+        return  # removed meanwhile (a `git gc` prunes emptied folders): nothing left to open
     except OSError as exc:
         raise Unreadable(f"its object directory cannot be read ({exc.strerror or exc})") from exc
 
