@@ -14,10 +14,10 @@ no protocol, no lazy fetch, no hooks, no fsmonitor). Objects are read in place, 
 `git_layout.py` has found every path git will open inside the allowed roots. What cannot be
 checked that way is refused `repo-unreadable`, saying what is wrong. Why not the other ways
 the issue weighed: a `git status` container costs a container start per pickup and an image
-with git on every host; a status without git (an index reader, or dulwich, which reads filters
-and alternates from the repo itself) has to re-create git's ignore, racy-stat and line-ending
-rules, and a verdict that differs from the operator's `git status` either refuses clean trees
-or lets dirty ones through. docs/dirty-tree.md has the whole list of what is pinned and why.
+with git on every host; a status without git must match git's ignore, racy-stat and
+line-ending rules exactly (and dulwich opens the repo's own config and alternates), and a
+verdict that differs from the operator's `git status` either refuses clean trees or lets dirty
+ones through. docs/dirty-tree.md has the whole list of what is pinned and why.
 
 The check is three git runs (`ls-files` first only when the index holds a submodule):
 `status --ignore-submodules=all` (so git never opens a submodule's config), then `diff-index
