@@ -29,3 +29,4 @@ bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.leases --json
 	.venv/bin/python -m bench.container --json
 	.venv/bin/python -m bench.soak --json
+	.venv/bin/python -m bench.git_status --json

@@ -67,6 +67,7 @@ JOB_SIZE_EXCEEDS_HOST: Final = "job-size-exceeds-host"
 JOB_SIZE_EXCEEDS_SHARE: Final = "job-size-exceeds-share"
 SETTINGS_OVERLAY_INVALID: Final = "settings-overlay-invalid"
 DIRTY_TREE: Final = "dirty-tree"
+REPO_UNREADABLE: Final = "repo-unreadable"
 JOB_REFUSED: Final = "job-refused"
 IMAGE_MISSING: Final = "image-missing"
 FOLDER_NOT_ALLOWED: Final = "folder-not-allowed"
@@ -209,6 +210,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "dirty tree",
         "the job's folder has uncommitted changes, or git could not tell; "
         "commit or stash them, or submit with --force",
+    ),
+    _refusal(
+        REPO_UNREADABLE,
+        "dirty tree",
+        "the git repository around the job's folder cannot be checked safely: it reaches "
+        "outside DISPATCH_ALLOWED_ROOTS (its .git file, alternates, a symlink) or a file git "
+        "needs cannot be read; repair it, or submit with --force",
     ),
     _refusal(JOB_REFUSED, "runner", "the job exited 2: it refused the work itself"),
     _refusal(

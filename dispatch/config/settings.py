@@ -72,6 +72,7 @@ class Settings:
     job_cpus: float = 2.0
     host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
     host_cpus: float | None = None
+    allowed_roots: tuple[str, ...] = ()  # folders local jobs may use (the docker runner's too)
 
     @property
     def queues(self) -> list[str]:
@@ -140,6 +141,10 @@ def _cpus(raw: str) -> float:
     return value
 
 
+def _paths(raw: str) -> tuple[str, ...]:
+    return tuple(path for path in raw.split(os.pathsep) if path)
+
+
 def _seconds(raw: str) -> float:
     return parse_duration_ms(raw) / 1000
 
@@ -165,6 +170,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
     ("host_memory", "DISPATCH_HOST_MEMORY", parse_memory),
     ("host_cpus", "DISPATCH_HOST_CPUS", _cpus),
+    ("allowed_roots", "DISPATCH_ALLOWED_ROOTS", _paths),
 ]
 
 

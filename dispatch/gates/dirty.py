@@ -3,158 +3,153 @@ with uncommitted changes (untracked files included) is refused `dirty-tree` unle
 says `force`. When git cannot answer (not installed, fails, times out) the job is refused as
 well: running in place is only safe when we know the tree is clean.
 
-git runs read-only (`GIT_OPTIONAL_LOCKS=0`: never the index lock), with the caller's GIT_*
-variables dropped. It runs on the host as the daemon's user, in a folder an earlier job's
-container had mounted read-write, so the repository's config is that job's to write: a
-filter driver (with a matching `.gitattributes`), `core.fsmonitor`, or an include pulling
-either in would run the job's command outside its container. So before git starts, the gate
-finds the git dir as git does (the first `.git` up from the folder, following a `.git` file's
-`gitdir:` and a `commondir`), reads `config` and `config.worktree` there in a worker thread,
-and refuses on any `[filter`, `[include` or `fsmonitor`, or when they cannot be read. git is
-then pinned to that git dir and work tree, with fsmonitor and hooks off, and does not look
-inside submodules (each has a config of its own; a submodule at another commit still
-counts). `safe.directory=*` stays, as the folder may belong to another user and the scan
-covers what the ownership check guarded against; system and global config are the
-operator's. Sentences name the folder's basename only: records are shared fleet-wide.
+The repository is the job's to write: an earlier job's container had the folder mounted
+read-write. Its config can name commands (filters, fsmonitor, `uploadpack` on a partial clone,
+`core.sshCommand`, `ext::` transports, includes pulling any of them in) and its files can point
+anywhere (a `.git` file, `commondir`, alternates, symlinks). So git runs on the host, as it
+must to be fast on a large tree, but never with the repository's own git directory: it gets a
+private stand-in (`git_shadow.py`) with an allow-listed config, HEAD resolved to an object id,
+copies of the index and `info/exclude`, and a pinned environment (no system or global config,
+no protocol, no lazy fetch, no hooks, no fsmonitor). Objects are read in place, once
+`git_layout.py` has found every path git will open inside the allowed roots. What cannot be
+checked that way is refused `repo-unreadable`, saying what is wrong. Why not the other ways
+the issue weighed: a `git status` container costs a container start per pickup and an image
+with git on every host; a status without git must match git's ignore, racy-stat and
+line-ending rules exactly (and dulwich opens the repo's own config and alternates), and a
+verdict that differs from the operator's `git status` either refuses clean trees or lets dirty
+ones through. docs/dirty-tree.md has the whole list of what is pinned and why.
+
+The check is three git runs (`ls-files` first only when the index holds a submodule):
+`status --ignore-submodules=all` (so git never opens a submodule's config), then `diff-index
+--cached` (staged changes to submodules, which that status hides), and each submodule's HEAD
+is compared with the index here, resolved inside the roots. The configs are still scanned
+first for `[filter`, `[include` and `fsmonitor`: not the guard any more, but a trap set for the
+operator's own git in that folder, refused `dirty-tree` so they hear of it. The whole check
+shares one time bound. Sentences name the folder's basename only: records are shared
+fleet-wide.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import posixpath
 import re
-import stat
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable
+from typing import TypeVar
 
 import anyio
 
 from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
+from dispatch.gates.git_layout import (
+    Layout,
+    Unreadable,
+    Unsafe,
+    check_objects,
+    common_dir_of,
+    find_layout,
+    git_dir_of,
+    head_of,
+)
+from dispatch.gates.git_shadow import Shadow, build_shadow
 from dispatch.reasons import DIRTY_TREE
 
+_T = TypeVar("_T")
 _ABSOLUTE_PATH = re.compile(r"/[^\s'\"`:]+")
-_MAX_FILE_BYTES = 1 << 20
 # git opens a section after any whitespace or `]`, mid-line too, so none of these is anchored
 _HAZARDS = (
     (re.compile(rb"\[\s*filter", re.IGNORECASE), "a filter driver"),
     (re.compile(rb"\[\s*include", re.IGNORECASE), "an include"),
     (re.compile(rb"fsmonitor", re.IGNORECASE), "an fsmonitor command"),
 )
+_EMPTY_TREE = {
+    False: "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    True: "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321",
+}
+_STATUS = ("status", "--porcelain", "--untracked-files=normal", "--ignore-submodules=all")
 
 
-class _Unsafe(Exception):
-    """Why git cannot be run on the repository without trusting what a job wrote."""
+class _CannotTell(Exception):
+    """git could not answer: not installed, failed, or out of time."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Repo:
-    top: str  # the work tree: the folder holding `.git`
-    gitdir: str
-
-
-def _find_dotgit(folder: str) -> str | None:
-    """The first `.git` (a directory, or a file as in worktrees and submodules) in the folder
-    or one of its parents; without one there is no work tree to ask about."""
-    path = posixpath.normpath(folder)
-    while True:
-        dotgit = posixpath.join(path, ".git")
-        if os.path.lexists(dotgit):
-            return dotgit
-        parent = posixpath.dirname(path)
-        if parent == path:
-            return None
-        path = parent
-
-
-def _inspect_repo(folder: str) -> _Repo | None:
-    """The repository git would use for the folder, None when there is none; raises _Unsafe
-    when its config must not be loaded. Touches the filesystem: run it in a worker thread."""
-    dotgit = _find_dotgit(os.path.abspath(folder))
-    if dotgit is None:
+def _prepare(folder: str, roots: tuple[str, ...], scratch: str) -> Shadow | None:
+    """The stand-in git directory for the folder's repository, None when there is none."""
+    layout = find_layout(folder, roots)
+    if layout is None:
         return None
-    if os.path.isdir(dotgit):
-        gitdir = dotgit
-    elif os.path.isfile(dotgit):
-        gitdir = _pointer(_read(dotgit, "its .git file"), b"gitdir: ", dotgit, "its .git file")
-        if not os.path.isdir(gitdir):
-            raise _Unsafe("its .git file points to no git directory")
-    else:
-        raise _Unsafe("its .git is neither a file nor a directory")
-    _scan_config(gitdir)
-    return _Repo(posixpath.dirname(dotgit), gitdir)
+    _scan_config(layout)
+    check_objects(layout)
+    return build_shadow(layout, scratch)
 
 
-def _scan_config(gitdir: str) -> None:
-    commondir = posixpath.join(gitdir, "commondir")
-    pointed = _read(commondir, "its commondir file")
-    common = gitdir if pointed is None else _pointer(pointed, b"", commondir, "its commondir file")
-    for path in (posixpath.join(common, "config"), posixpath.join(gitdir, "config.worktree")):
-        text = _read(path, "its git config") or b""
+def _scan_config(layout: Layout) -> None:
+    common = posixpath.join(layout.common, "config")
+    for path in (common, posixpath.join(layout.gitdir, "config.worktree")):
+        text = layout.bounds.read(path, "its git config", error=Unsafe) or b""
         for pattern, what in _HAZARDS:
             if pattern.search(text):
-                raise _Unsafe(f"its git config defines {what}")
+                raise Unsafe(f"its git config defines {what}")
 
 
-def _pointer(data: bytes | None, prefix: bytes, source: str, what: str) -> str:
-    """The path a `.git` file or `commondir` names, as git reads it: trailing line ends
-    dropped, relative to the folder holding the file."""
-    path = (data or b"").removeprefix(prefix).rstrip(b"\r\n")
-    if data is None or not data.startswith(prefix) or not path or b"\n" in path or b"\0" in path:
-        raise _Unsafe(f"{what} does not name a git directory")
-    return posixpath.join(posixpath.dirname(source), os.fsdecode(path))
+def _gitlinks(listing: bytes) -> list[tuple[str, str]]:
+    """(path, object id) of each submodule in `git ls-files --stage -z` output."""
+    links = []
+    for entry in listing.split(b"\0"):
+        if entry.startswith(b"160000 "):
+            info, _, path = entry.partition(b"\t")
+            links.append((os.fsdecode(path), info.split(b" ")[1].decode()))
+    return links
 
 
-def _read(path: str, what: str) -> bytes | None:
-    """A small regular file's bytes, None when there is none."""
-    try:
-        return _read_regular(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _Unsafe(f"{what} cannot be read ({exc.strerror or exc})") from exc
-
-
-def _read_regular(path: str) -> bytes:
-    # a job may have left a FIFO or a device here: never block on open, never read unbounded
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    with open(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = file.read(_MAX_FILE_BYTES + 1)
-    if len(data) > _MAX_FILE_BYTES:
-        raise OSError(errno.EFBIG, "larger than 1 MiB")
-    return data
+def _moved_submodule(layout: Layout, links: list[tuple[str, str]]) -> bool:
+    """Whether a checked-out submodule's HEAD is not the commit the index records."""
+    for path, oid in links:
+        parts = path.split("/")
+        if any(part in ("", ".", "..", ".git") for part in parts):
+            raise Unreadable("its index names a submodule path git would not accept")
+        name = parts[-1]
+        try:
+            top = layout.bounds.resolve(posixpath.join(layout.top, path), "one of its submodules")
+            dotgit = posixpath.join(top, ".git")
+            if not os.path.lexists(dotgit):
+                continue  # not checked out: git does not count it either
+            gitdir = git_dir_of(dotgit, layout.bounds)
+            sub = Layout(top, gitdir, common_dir_of(gitdir, layout.bounds), layout.bounds)
+            if head_of(sub)[0] != oid:
+                return True
+        except Unsafe as exc:
+            raise Unreadable(f"in its submodule {name}, {exc}") from exc
+    return False
 
 
 class DirtyTreeGate:
     name = "dirty-tree"  # not a reason: the gate's own name
 
-    def __init__(self, timeout_s: float = 10.0, git: str = "git") -> None:
+    def __init__(
+        self, timeout_s: float = 10.0, git: str = "git", roots: tuple[str, ...] = ()
+    ) -> None:
         self._timeout_s = timeout_s
         self._git = git
+        self._roots = roots  # DISPATCH_ALLOWED_ROOTS; none: the work tree bounds itself
 
     async def check(self, pickup: Pickup) -> Decision:
         job = pickup.job
         if job.kind != "local" or not job.folder or job.force:
             return ADMIT
         base = job.target()
-        try:
-            repo = await self._inspect(job.folder)
-        except _Unsafe as exc:
-            return Refuse(
-                DIRTY_TREE,
-                f"cannot check {base} safely: {exc}; clean it up or submit with --force",
-            )
-        except TimeoutError:
-            why = f"reading its git config took longer than {self._timeout_s:g} s"
-            return _cannot_tell(base, why)
-        if repo is None:
-            return ADMIT
-        changes, why = await self._status(job.folder, repo)
-        if why:
-            return _cannot_tell(base, why)
+        deadline = anyio.current_time() + self._timeout_s
+        with tempfile.TemporaryDirectory(prefix="dispatch-git-", ignore_cleanup_errors=True) as tmp:
+            try:
+                changes = await self._changes(job.folder, tmp, deadline)
+            except Unsafe as exc:
+                return Refuse(exc.reason, f"cannot check {base} safely: {exc}; {exc.advice}")
+            except _CannotTell as exc:
+                return Refuse(
+                    DIRTY_TREE, f"cannot tell whether {base} has uncommitted changes: {exc}"
+                )
         if changes:
             return Refuse(
                 DIRTY_TREE,
@@ -163,62 +158,73 @@ class DirtyTreeGate:
             )
         return ADMIT
 
-    async def _inspect(self, folder: str) -> _Repo | None:
-        # the folder may sit on a slow mount: off the event loop, and not waited on forever
-        with anyio.fail_after(self._timeout_s):
-            return await anyio.to_thread.run_sync(_inspect_repo, folder, abandon_on_cancel=True)
+    async def _changes(self, folder: str, scratch: str, deadline: float) -> bool:
+        shadow = await self._thread(deadline, _prepare, folder, self._roots, scratch)
+        if shadow is None:
+            return False
+        if shadow.maybe_gitlinks:
+            links = _gitlinks(await self._run(shadow, deadline, "ls-files", "--stage", "-z"))
+            moved: bool = await self._thread(deadline, _moved_submodule, shadow.layout, links)
+            if moved:
+                return True
+        if (await self._run(shadow, deadline, *_STATUS)).strip():
+            return True
+        base = shadow.head or _EMPTY_TREE[shadow.sha256]
+        cached = ("diff-index", "--cached", "--quiet", "--ignore-submodules=none", base, "--")
+        return await self._run(shadow, deadline, *cached, quiet=True) == b"changed"
 
-    async def _status(self, folder: str, repo: _Repo) -> tuple[bool, str]:
-        """(whether anything is uncommitted, why git could not tell: empty when it could)."""
+    async def _thread(self, deadline: float, func: Callable[..., _T], *args: object) -> _T:
+        # the folder may sit on a slow mount: off the event loop, and not waited on forever
+        try:
+            with anyio.fail_after(max(deadline - anyio.current_time(), 0)):
+                return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=True)
+        except TimeoutError:
+            why = f"reading its repository took longer than {self._timeout_s:g} s"
+            raise _CannotTell(why) from None
+
+    async def _run(self, shadow: Shadow, deadline: float, *args: str, quiet: bool = False) -> bytes:
+        """git's output; with `quiet`, b"changed" for exit 1. _CannotTell when git fails."""
+        argv = [self._git, "--no-pager", *_pinned_flags(), *args]
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self._argv(folder, repo),
+                *argv,
+                cwd=shadow.layout.top,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=_git_env(),
+                env=shadow.env(),
             )
         except FileNotFoundError:
-            return False, "git is not installed"
+            raise _CannotTell("git is not installed") from None
         except OSError as exc:
-            return False, f"git could not start ({_redact(exc.strerror or str(exc))})"
+            why = _redact(exc.strerror or str(exc))
+            raise _CannotTell(f"git could not start ({why})") from None
+        out, err = await self._wait(proc, deadline, args[0])
+        if quiet and proc.returncode == 1:
+            return b"changed"
+        if proc.returncode != 0:
+            raise _CannotTell(f"git {args[0]} exited {proc.returncode}: {_first_line(err)}")
+        return out
+
+    async def _wait(
+        self, proc: asyncio.subprocess.Process, deadline: float, command: str
+    ) -> tuple[bytes, bytes]:
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self._timeout_s)
+            remaining = max(deadline - anyio.current_time(), 0)
+            return await asyncio.wait_for(proc.communicate(), remaining)
         except TimeoutError:
-            return False, f"git status took longer than {self._timeout_s:g} s"
+            raise _CannotTell(f"git {command} took longer than {self._timeout_s:g} s") from None
         finally:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
-        if proc.returncode != 0:
-            return False, f"git status exited {proc.returncode}: {_first_line(err)}"
-        return bool(out.strip()), ""
-
-    def _argv(self, folder: str, repo: _Repo) -> list[str]:
-        # the git dir and work tree are the ones scanned, not whatever git would discover now;
-        # a submodule's own status would load its config, which was not scanned
-        return [
-            self._git,
-            *("-c", "safe.directory=*"),
-            *("-c", "core.fsmonitor=false"),
-            *("-c", "core.hooksPath=/dev/null"),
-            *("-C", folder),
-            f"--git-dir={repo.gitdir}",
-            f"--work-tree={repo.top}",
-            *("status", "--porcelain", "--untracked-files=normal", "--ignore-submodules=dirty"),
-        ]
 
 
-def _cannot_tell(base: str, why: str) -> Refuse:
-    return Refuse(DIRTY_TREE, f"cannot tell whether {base} has uncommitted changes: {why}")
-
-
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    env["LC_ALL"] = "C"
-    return env
+def _pinned_flags() -> list[str]:
+    # repeated on the command line, above any config git could still find
+    pinned = ("core.fsmonitor=false", "core.hooksPath=/dev/null", "core.untrackedCache=false")
+    return [arg for value in (*pinned, "protocol.allow=never") for arg in ("-c", value)]
 
 
 def _first_line(err: bytes) -> str:

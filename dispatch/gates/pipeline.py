@@ -59,5 +59,5 @@ def pipeline(d: GateDeps) -> list[Gate]:
         OverlayGate(),
         EndpointGate(d.slots, d.leases),
         HostBudgetGate(d.budget),
-        DirtyTreeGate(),
+        DirtyTreeGate(roots=d.settings.allowed_roots),
     ]

@@ -125,19 +125,31 @@ async def test_git_timing_out_refuses(repo: Path, tmp_path: Path) -> None:
     )
 
 
-async def test_git_runs_read_only_and_in_the_folder(
+async def test_git_runs_pinned_on_a_private_git_dir(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen = tmp_path / "seen"
-    body = f'echo "$GIT_OPTIONAL_LOCKS $GIT_DIR $*" > {seen}'
+    keys = ("GIT_OPTIONAL_LOCKS", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_SSH_COMMAND")
+    shown = " ".join(f"${{{key}:-unset}}" for key in keys)
+    body = f'echo "{shown} $HOME $GIT_DIR $GIT_WORK_TREE $GIT_OBJECT_DIRECTORY $*" >> {seen}'
     monkeypatch.setenv("GIT_DIR", "/elsewhere/.git")  # the daemon's own GIT_* must not leak
+    monkeypatch.setenv("GIT_SSH_COMMAND", "touch /tmp/escaped")
     assert await DirtyTreeGate(git=fake_git(tmp_path, body)).check(pickup(repo)) == Admit()
-    assert seen.read_text().split() == [
-        "0",
-        *("-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"),
-        *("-C", str(repo), f"--git-dir={repo}/.git", f"--work-tree={repo}"),
-        *("status", "--porcelain", "--untracked-files=normal", "--ignore-submodules=dirty"),
+    status, cached = (line.split() for line in seen.read_text().splitlines())
+    env, private = status[:4], status[4:9]
+    assert env == ["0", "/dev/null", "1", "unset"]
+    home, gitdir = Path(private[0]), Path(private[1])
+    assert gitdir.parent == home.parent and not str(gitdir).startswith(str(repo))
+    assert not gitdir.exists()  # the private git dir is gone once the check is done
+    assert private[2:] == [str(repo), f"{repo}/.git/objects", "--no-pager"]
+    pinned = ["core.fsmonitor=false", "core.hooksPath=/dev/null", "core.untrackedCache=false"]
+    assert status[9:17] == [
+        arg for value in (*pinned, "protocol.allow=never") for arg in ("-c", value)
     ]
+    assert status[17:] == [
+        *("status", "--porcelain", "--untracked-files=normal", "--ignore-submodules=all")
+    ]
+    assert cached[17:21] == ["diff-index", "--cached", "--quiet", "--ignore-submodules=none"]
 
 
 # A previous job's container had the folder mounted read-write, so it could have written the
@@ -205,11 +217,12 @@ async def test_a_worktree_is_checked_through_its_common_dir(repo: Path, tmp_path
     tree = tmp_path / "trees" / "web"
     git(repo, "worktree", "add", "-q", str(tree))
     assert (tree / ".git").is_file()
-    assert await DirtyTreeGate().check(pickup(tree)) == Admit()
+    gate = DirtyTreeGate(roots=(str(tmp_path),))  # the worktree's git dir is the repo's
+    assert await gate.check(pickup(tree)) == Admit()
     marker = tmp_path / "escaped"
     plant_filter(repo / ".git" / "config", marker)  # the config the worktree shares
     dirty_with_filter(tree)
-    assert_unsafe(await DirtyTreeGate().check(pickup(tree)), "git config defines a filter driver")
+    assert_unsafe(await gate.check(pickup(tree)), "git config defines a filter driver")
     assert not marker.exists()
 
 
@@ -220,18 +233,20 @@ async def test_a_worktree_config_is_scanned_too(repo: Path, tmp_path: Path) -> N
     marker = tmp_path / "escaped"
     plant_filter(repo / ".git" / "worktrees" / "web" / "config.worktree", marker)
     dirty_with_filter(tree)
-    assert_unsafe(await DirtyTreeGate().check(pickup(tree)), "git config defines a filter driver")
+    gate = DirtyTreeGate(roots=(str(tmp_path),))
+    assert_unsafe(await gate.check(pickup(tree)), "git config defines a filter driver")
     assert not marker.exists()
 
 
 async def test_a_git_file_is_followed_to_its_git_dir(repo: Path, tmp_path: Path) -> None:
     (repo / ".git").rename(tmp_path / "store.git")
     (repo / ".git").write_text("gitdir: ../store.git\n")  # relative to the folder holding it
-    assert await DirtyTreeGate().check(pickup(repo / "src")) == Admit()
+    gate = DirtyTreeGate(roots=(str(tmp_path),))
+    assert await gate.check(pickup(repo / "src")) == Admit()
     marker = tmp_path / "escaped"
     plant_filter(tmp_path / "store.git" / "config", marker)
     dirty_with_filter(repo)
-    assert_unsafe(await DirtyTreeGate().check(pickup(repo)), "git config defines a filter driver")
+    assert_unsafe(await gate.check(pickup(repo)), "git config defines a filter driver")
     assert not marker.exists()
 
 
@@ -270,7 +285,7 @@ async def test_a_commondir_elsewhere_is_scanned(repo: Path, tmp_path: Path) -> N
     common.mkdir()
     plant_filter(common / "config", tmp_path / "escaped")
     (repo / ".git" / "commondir").write_text(f"{common}\n")
-    decision = await DirtyTreeGate(git=NO_GIT).check(pickup(repo))
+    decision = await DirtyTreeGate(git=NO_GIT, roots=(str(tmp_path),)).check(pickup(repo))
     assert_unsafe(decision, "git config defines a filter driver")
 
 
