@@ -88,7 +88,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     job = _job_from_args(args, settings)
     due_ms, delay_ms = _parse_after(args.after)
-    window = parse_duration_ms(args.dedup_window)
+    window = _duration("--dedup-window", args.dedup_window)
 
     async def go(client: Client) -> int:
         done = await client.submit(job, due_ms=due_ms, delay_ms=delay_ms, dedup_window_ms=window)
@@ -206,7 +206,7 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     if args.timeout:
-        fields["timeoutMs"] = parse_duration_ms(args.timeout)  # documents use camelCase
+        fields["timeoutMs"] = _duration("--timeout", args.timeout)  # documents use camelCase
     if args.memory or args.cpus:
         fields["size"] = Size(memory=args.memory, cpus=args.cpus)
     try:
@@ -233,12 +233,19 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def _duration(flag: str, text: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
 def _parse_after(text: str | None) -> tuple[int, int]:
     """(due_ms, delay_ms): an ISO instant is absolute, '+10m' is relative to the server's now."""
     if not text:
         return 0, 0
     if text.startswith("+"):
-        return 0, parse_duration_ms(text[1:])
+        return 0, _duration("--after", text[1:])
     try:
         instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

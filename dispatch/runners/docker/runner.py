@@ -53,6 +53,7 @@ from datetime import datetime
 from typing import Any
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.config.settings import from_env as settings_from_env
 from dispatch.config.settings import parse_memory
 from dispatch.log import event
 from dispatch.model import Job
@@ -112,20 +113,18 @@ class DockerSettings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> DockerSettings:
-        """The docker-only DISPATCH_* variables (roots separated by os.pathsep).
+        """The docker-only DISPATCH_* variables, as dispatch.config.settings parsed them.
 
         The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
-        default job size are parsed once, by dispatch.config, and laid over these by
-        dispatch.runners.docker.setup.
+        default job size are laid over these by dispatch.runners.docker.setup.
         """
-        e = dict(os.environ if env is None else env)
-        roots = tuple(r for r in e.get("DISPATCH_ALLOWED_ROOTS", "").split(os.pathsep) if r)
+        s = settings_from_env(env)
         return cls(
-            allowed_roots=roots,
-            user=e.get("DISPATCH_CONTAINER_USER", cls.user),
-            network=e.get("DISPATCH_CONTAINER_NETWORK") or None,
-            read_only=e.get("DISPATCH_CONTAINER_READ_ONLY", "") in ("1", "true", "yes"),
-            pids_limit=int(e.get("DISPATCH_CONTAINER_PIDS_LIMIT", cls.pids_limit)),
+            allowed_roots=s.allowed_roots,
+            user=s.container_user,
+            network=s.container_network,
+            read_only=s.container_read_only,
+            pids_limit=s.container_pids_limit,
         )
 
 
