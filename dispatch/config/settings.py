@@ -118,7 +118,7 @@ def _redis_url(raw: str) -> str:
     return raw
 
 
-_WHOLE = re.compile(r"\s*\d{1,9}\s*", re.ASCII)
+_WHOLE = re.compile(r"\d{1,9}", re.ASCII)
 
 
 def _whole(raw: str, floor: int, ceiling: int = 10**9 - 1) -> int:

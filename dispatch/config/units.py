@@ -6,10 +6,10 @@ thing, and is refused for the same reason, wherever it is written.
 
     memory    <number>[<unit>]  number: digits, optionally a fraction (`1.5g`);
               unit: k, m, g or t (binary, like Docker), optionally followed by `b` or `ib`,
-              any case; no unit means bytes. Whitespace around it is ignored. A fraction of
-              a byte is dropped.
+              any case; no unit means bytes. No whitespace, anywhere. A fraction of a byte
+              is dropped.
     cpus      a decimal number (`0.5`, `2`); no exponent, no sign, no nan or inf
-    duration  <number>[ms|s|m|h|d]; no unit means seconds
+    duration  <number>[ms|s|m|h|d]; no unit means seconds; no whitespace
 
 Bounds (inclusive): a job's memory 6 MiB (Docker's minimum) to 1 TiB, its CPUs 0.01 (the
 engine's smallest NanoCpus step that it accepts) to 512; a host's job budget 6 MiB to 1 PiB and
@@ -35,9 +35,10 @@ MAX_JOB_CPUS = 512.0
 MAX_HOST_CPUS = 4096.0
 MAX_DURATION_MS = 10 * 365 * 86_400_000
 
-_MEMORY = re.compile(r"\s*(\d{1,20})(?:\.(\d{1,12}))?\s*(?:([kmgt])(?:i?b)?|b)?\s*", re.I | re.A)
-_CPUS = re.compile(r"\s*(\d{1,6}(?:\.\d{1,9})?)\s*", re.A)
-_DURATION = re.compile(r"\s*(\d{1,15}(?:\.\d{1,9})?)\s*(ms|s|m|h|d)?\s*", re.A)
+# no whitespace anywhere: "4g\n" in a job document is a mistake to report, not to mend
+_MEMORY = re.compile(r"(\d{1,20})(?:\.(\d{1,12}))?(?:([kmgt])(?:i?b)?|b)?", re.I | re.A)
+_CPUS = re.compile(r"\d{1,6}(?:\.\d{1,9})?", re.A)
+_DURATION = re.compile(r"(\d{1,15}(?:\.\d{1,9})?)(ms|s|m|h|d)?", re.A)
 _UNIT_BYTES = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _SHOWN = 40  # how much of a refused value an error repeats: it stays one short line
@@ -82,7 +83,7 @@ def parse_cpus(text: str, ceiling: float = MAX_JOB_CPUS) -> float:
     m = _CPUS.fullmatch(text)
     if not m:
         raise ValueError(f"cpus {shown(text)} is not a number like 0.5 or 2")
-    return check_cpus(float(m.group(1)), ceiling)
+    return check_cpus(float(m.group(0)), ceiling)
 
 
 def check_cpus(value: object, ceiling: float = MAX_JOB_CPUS) -> float:
@@ -107,3 +108,12 @@ def parse_duration_ms(text: str) -> int:
 
 def parse_seconds(text: str) -> float:
     return parse_duration_ms(text) / 1000
+
+
+def limited(host_config: dict[str, object]) -> bool:
+    """Whether an Engine API HostConfig carries both a memory and a CPU limit within the
+    bounds: the docker runner creates no container without them."""
+    memory, nano = host_config.get("Memory"), host_config.get("NanoCpus")
+    if not isinstance(memory, int) or not isinstance(nano, int):
+        return False
+    return MIN_MEMORY <= memory <= MAX_JOB_MEMORY and MIN_CPUS <= nano / 1e9 <= MAX_JOB_CPUS

@@ -38,15 +38,14 @@ def test_a_formatted_size_parses_back_to_itself(n: int) -> None:
     st.integers(1, 1024),
     st.sampled_from(["", "b", "B", "ib", "iB", "IB"]),
     st.booleans(),
-    st.sampled_from(["", " ", "\t"]),
 )
 def test_every_spelling_of_a_unit_means_the_same_bytes(
-    unit: str, count: int, suffix: str, upper: bool, pad: str
+    unit: str, count: int, suffix: str, upper: bool
 ) -> None:
     n = count * _SCALE[unit]
     if not MIN_MEMORY <= n <= MAX_JOB_MEMORY:
         return
-    spelled = f"{pad}{count}{unit.upper() if upper else unit}{suffix}{pad}"
+    spelled = f"{count}{unit.upper() if upper else unit}{suffix}"
     assert parse_memory(spelled) == n
 
 
@@ -74,7 +73,24 @@ def test_above_the_job_ceiling_is_refused_but_fits_a_host_budget(n: int) -> None
 
 @pytest.mark.parametrize(
     "text",
-    ["", "0", "0g", "-4g", "4 g b", "4gg", "4p", "1e9", "nan", "inf", "0x100", "4,5g", "٤g", "g"],
+    [
+        "",
+        "0",
+        "0g",
+        "-4g",
+        "4 g",
+        " 4g",
+        "4g\n",
+        "4gg",
+        "4p",
+        "1e9",
+        "nan",
+        "inf",
+        "0x100",
+        "4,5g",
+        "٤g",
+        "g",
+    ],
 )
 def test_what_is_not_a_size_is_refused(text: str) -> None:
     with pytest.raises(ValueError):

@@ -55,6 +55,7 @@ from typing import Any
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import from_env as settings_from_env
 from dispatch.config.settings import parse_memory
+from dispatch.config.units import limited
 from dispatch.log import event
 from dispatch.model import Job
 from dispatch.reasons import (
@@ -65,6 +66,7 @@ from dispatch.reasons import (
     ENGINE_RESTARTED,
     FOLDER_NOT_ALLOWED,
     IMAGE_MISSING,
+    JOB_SIZE_INVALID,
     OOM,
     SIGKILLED,
     START_FAILED,
@@ -225,7 +227,13 @@ class DockerRunner(Runner):
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         try:
-            cid = await self._create(ctx, container_config(ctx, *plan, self.settings))
+            config = container_config(ctx, *plan, self.settings)
+        except (ValueError, OverflowError):  # a size outside the grammar or its bounds
+            config = {}
+        if not limited(config.get("HostConfig", {})):  # the last line of defence
+            return RunResult(started=False, refusal=JOB_SIZE_INVALID)
+        try:
+            cid = await self._create(ctx, config)
         except ImageMissing:  # the create never pulls: its 404 is the image check
             return RunResult(started=False, refusal=IMAGE_MISSING)
         except DockerUnavailable as exc:
