@@ -71,8 +71,9 @@ def check_memory(value: int, ceiling: int = MAX_JOB_MEMORY) -> int:
 
 
 def format_memory(value: int) -> str:
-    """The shortest exact spelling in the grammar: `parse_memory(format_memory(n)) == n`."""
-    for unit in ("t", "g", "m", "k"):
+    """The shortest exact spelling in k, m or g (a job document written before `t` was known
+    to the grammar reads these too): `parse_memory(format_memory(n)) == n`."""
+    for unit in ("g", "m", "k"):
         scale = _UNIT_BYTES[unit]
         if value and value % scale == 0:
             return f"{value // scale}{unit}"
