@@ -150,7 +150,7 @@ def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
-        records = await client.runs(args.limit)
+        records = await client.run_rows(args.limit)
         print(view.runs_json(records) if args.json else view.runs_table(records))
         return 0
 

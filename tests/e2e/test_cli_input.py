@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
 from dispatch.cli import main
 from dispatch.cli.inputs import memory
+from dispatch.queue.keys import queue_keys
 from tests.support.daemons import cli_env, dispatch, dispatch_json
 
 
@@ -120,3 +122,30 @@ def test_what_no_shell_can_pass_is_refused_in_process(
     code, err = run_main(args, capsys)
     assert code == 2 and err.startswith("dispatch: ") and err.count("\n") == 1, err
     assert dispatch_json(env, "jobs") == []
+
+
+def test_a_record_that_does_not_decode_is_listed_as_unreadable(
+    env: dict[str, str], redis_url: str, prefix: str
+) -> None:
+    """Regression: one undecodable record made the whole `dispatch jobs` a traceback."""
+    ids = [dispatch(env, "submit", "--after", "+1h", "--", "true").stdout.strip() for _ in range(3)]
+    broken, cancelled, delayed = ids
+    for job_id in (broken, cancelled):
+        assert dispatch(env, "cancel", job_id).returncode == 0
+    k = queue_keys("jobs", prefix)
+    with Redis.from_url(redis_url) as r:
+        r.hset(k.result, broken, b'{"state": "exploded"')
+        r.hset(k.runs, f"{broken}#1", b"\xff not json")
+    listing = dispatch(env, "jobs")
+    assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+    states = {v["id"]: v["state"] for v in dispatch_json(env, "jobs")}
+    assert states == {broken: "unreadable", cancelled: "cancelled", delayed: "delayed"}
+    runs = dispatch(env, "runs")
+    assert runs.returncode == 0 and "unreadable" in runs.stdout and cancelled in runs.stdout
+    rows = dispatch_json(env, "runs")
+    assert {(r["id"], r.get("state", r.get("outcome"))) for r in rows} == {
+        (f"{broken}#1", "unreadable"),
+        (cancelled, "cancelled"),
+    }
+    why = dispatch(env, "why", broken)
+    assert why.returncode == 0 and "cannot be read" in why.stdout
