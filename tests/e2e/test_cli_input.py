@@ -14,7 +14,6 @@ import pytest
 from redis import Redis
 
 from dispatch.cli import main
-from dispatch.cli.inputs import memory
 from dispatch.queue.keys import queue_keys
 from tests.support.daemons import cli_env, dispatch, dispatch_json
 
@@ -95,6 +94,8 @@ def test_a_bad_setting_stops_the_daemon_with_one_line(env: dict[str, str]) -> No
 
 
 def test_a_memory_is_submitted_in_its_shortest_spelling() -> None:
+    from dispatch.cli.inputs import memory
+
     assert [memory(m) for m in ("1.5GiB", "6291456", "1t", None)] == ["1536m", "6m", "1024g", None]
 
 
