@@ -39,7 +39,7 @@ from dispatch.queue.connect import redis_client
 from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
-from dispatch.records.disk_log import decode as decode_record
+from dispatch.records.unreadable import UNREADABLE, Unreadable, detail, run_record
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -68,6 +68,7 @@ class JobView:
     defer: DeferRecord | None = None
     result: Result | None = None
     paused: str = ""  # a job that waits: "fleet" (dispatch pause) or "queue" (its own queue's)
+    unreadable: str = ""  # state "unreadable": which of its fields did not decode, and why
 
     @property
     def reason(self) -> str:
@@ -97,6 +98,7 @@ class JobView:
             "defer": msgspec.to_builtins(self.defer) if self.defer else None,
             "result": msgspec.to_builtins(self.result) if self.result else None,
             "paused": self.paused or None,
+            "unreadable": self.unreadable or None,
         }
 
 
@@ -210,7 +212,8 @@ class Client:
             for job_id in group
         ]
         found = await self._views(wanted)
-        return [v for v in found if v is not None and state in (None, v.state)]
+        # a job that cannot be read might be in any state: it is listed whatever was asked
+        return [v for v in found if v is not None and state in (None, v.state, UNREADABLE)]
 
     async def cancel(self, job_id: str, wait_s: float = 10.0) -> CancelAnswer:
         """Stop exactly one job, whatever its state; raise NotFound for an unknown id.
@@ -287,25 +290,32 @@ class Client:
         return CancelAnswer("unacknowledged", token.rpartition(":")[0])
 
     async def runs(self, limit: int = 50) -> builtins.list[RunRecord]:
-        """The fleet's most recent run records (the Redis mirror), newest first.
+        """The fleet's most recent run records (the Redis mirror), newest first."""
+        return [r for r in await self.run_rows(limit) if isinstance(r, RunRecord)]
+
+    async def run_rows(self, limit: int = 50) -> builtins.list[RunRecord | Unreadable]:
+        """`runs`, with each record that does not decode in its place as `Unreadable`.
 
         Two round trips for all queues: every queue's index, then the records it names."""
-        all_keys = [keys.queue_keys(name, self.prefix) for name in await self.queues()]
+        names = await self.queues()
+        all_keys = [keys.queue_keys(name, self.prefix) for name in names]
         async with self.redis.pipeline(transaction=False) as p:
             for k in all_keys:
                 p.zrevrange(k.runs_idx, 0, limit - 1, withscores=True)
             indexes = await p.execute()
-        indexed = [(k, idx) for k, idx in zip(all_keys, indexes, strict=True) if idx]
+        indexed = [
+            (name, k, idx) for name, k, idx in zip(names, all_keys, indexes, strict=True) if idx
+        ]
         if not indexed:
             return []
         async with self.redis.pipeline(transaction=False) as p:
-            for k, idx in indexed:
+            for _, k, idx in indexed:
                 p.hmget(k.runs, [run_id for run_id, _ in idx])
             raws = await p.execute()
         found = [
-            (float(score), decode_record(raw))
-            for (_, idx), raw_records in zip(indexed, raws, strict=True)
-            for (_, score), raw in zip(idx, raw_records, strict=True)
+            (float(score), run_record(name, _text(run_id), raw))
+            for (name, _, idx), raw_records in zip(indexed, raws, strict=True)
+            for (run_id, score), raw in zip(idx, raw_records, strict=True)
             if raw
         ]
         found.sort(key=lambda pair: pair[0], reverse=True)
@@ -315,8 +325,11 @@ class Client:
         """The fleet's run records of the job's latest `last` attempts, oldest first."""
         first = max(1, view.attempt - last + 1)
         run_ids = [f"{view.id}#{n}" for n in range(first, view.attempt + 1)]
+        if not run_ids:  # an unreadable job's attempt is not known
+            return []
         raws = await self.redis.hmget(keys.queue_keys(view.queue, self.prefix).runs, run_ids)
-        return [decode_record(raw) for raw in raws if raw]
+        found = [run_record(view.queue, "", raw) for raw in raws if raw]
+        return [r for r in found if isinstance(r, RunRecord)]  # the story goes on without it
 
     async def pause(self) -> builtins.list[str]:
         """Pause the fleet, durably: no queue, old or new, starts a job until `resume`.
@@ -339,9 +352,16 @@ _VIEW_FIELDS = 10  # what `_views` asks per job, in the order `_view` unpacks it
 
 
 def _view(queue: str, job_id: str, fields: list[Any]) -> JobView | None:
-    delayed, active, done, known, defer, result, lock, attempts, stalls, queued = fields
-    if not known and done is None:
+    if not fields[3] and fields[2] is None:  # neither known nor done
         return None
+    try:
+        return _decoded_view(queue, job_id, fields)
+    except ValueError as exc:  # msgspec's errors, int() of garbage, bytes that are not UTF-8
+        return JobView(job_id, queue, UNREADABLE, unreadable=detail("its fields", exc))
+
+
+def _decoded_view(queue: str, job_id: str, fields: list[Any]) -> JobView:
+    delayed, active, done, _, defer, result, lock, attempts, stalls, queued = fields
     view = JobView(
         job_id,
         queue,
@@ -377,4 +397,4 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -1,5 +1,9 @@
 """The job document and the records dispatch writes, as msgspec structs.
 
+A size follows the grammar and bounds of `dispatch.config.units`; no text may hold a NUL byte
+(no container can take one); a local job goes to its host's own queue (`jobs@<host>`), since its
+folder is on one machine.
+
 A job is validated twice: by the submitter and again by the daemon that picks it up (it must
 not trust what it reads from Redis). `v` is the document's version: a submitter refuses a `v`
 it does not know; a daemon that reads a newer `v` defers the job `newer-release` instead of
@@ -17,6 +21,7 @@ from typing import Literal
 
 import msgspec
 
+from dispatch.config.units import check_cpus, parse_memory
 from dispatch.errors import InvalidJob
 from dispatch.reasons import Outcome
 
@@ -29,7 +34,6 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MEMORY = re.compile(r"\d+(\.\d+)?[kmgKMG]?")
 
 Kind = Literal["plain", "local", "forge"]
 State = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
@@ -153,24 +157,40 @@ def _problems(job: Job) -> list[str]:
         problems.append("attempts must be between 1 and 100")
     if not 1_000 <= job.timeout_ms <= 7 * 24 * 3_600_000:
         problems.append("timeout must be between 1 second and 7 days")
-    # the common job has no env, size or waitFor: skip their checks without building lists
-    if job.env:
-        problems += [
-            f"env name {k!r} is not a valid variable name"
-            for k in job.env
-            if not _ENV_NAME.fullmatch(k)
-        ]
+    # the common job has no size or waitFor: skip their checks without building lists
     if job.size is not None:
         problems += _size_problems(job.size)
     if job.wait_for:
         problems += [p for p in map(_wait_problem, job.wait_for) if p]
+    return problems + _text_problems(job)
+
+
+def _text_problems(job: Job) -> list[str]:
+    problems = [
+        f"env name {k!r} is not a valid variable name"
+        for k in job.env
+        if not _ENV_NAME.fullmatch(k)
+    ]
+    if _has_nul(job):
+        problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems
+
+
+def _has_nul(job: Job) -> bool:
+    """Whether any free-form text holds NUL (the patterned fields cannot): the engine would
+    refuse it at create, an infrastructure failure that spends attempts."""
+    texts = [job.forge, job.image, job.project, job.provider, job.model, job.dedup]
+    texts += [job.parent_job_id, *job.command, *job.env.values()]
+    texts += [t for w in job.wait_for for t in (w.after, w.profile)]
+    return any(t and "\0" in t for t in texts)
 
 
 def _kind_problems(job: Job) -> list[str]:
     if job.kind == "local":
         if not job.folder or not os.path.isabs(job.folder) or "\0" in job.folder:
             return ["a local job needs an absolute folder"]
+        if "@" not in job.queue:  # every host reads the shared queue; the folder is on one
+            return ["a local job goes to its host's own queue, jobs@<host>, not the shared one"]
     elif job.kind == "forge":
         if not job.repo or not _REPO.fullmatch(job.repo):
             return ["a forge job needs repo as owner/name"]
@@ -182,12 +202,15 @@ def _kind_problems(job: Job) -> list[str]:
 
 
 def _size_problems(size: Size) -> list[str]:
-    problems = []
-    if size.memory is not None and not _MEMORY.fullmatch(size.memory):
-        problems.append("size.memory must look like 512m, 4g or a byte count")
-    if size.cpus is not None and not 0 < size.cpus <= 1024:
-        problems.append("size.cpus must be above 0")
-    return problems
+    """The one grammar and bounds of dispatch.config.units: no job runs without limits."""
+    try:
+        if size.memory is not None:
+            parse_memory(size.memory)
+        if size.cpus is not None:
+            check_cpus(size.cpus)
+    except ValueError as exc:
+        return [f"size: {exc}"]
+    return []
 
 
 def _wait_problem(w: WaitFor) -> str:

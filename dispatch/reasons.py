@@ -63,6 +63,7 @@ ENGINE_UNAVAILABLE: Final = "engine-unavailable"
 # -- refusals -------------------------------------------------------------------------------
 INVALID_JOB: Final = "invalid-job"
 PROJECT_SIZE_INVALID: Final = "project-size-invalid"
+JOB_SIZE_INVALID: Final = "job-size-invalid"
 JOB_SIZE_EXCEEDS_HOST: Final = "job-size-exceeds-host"
 JOB_SIZE_EXCEEDS_SHARE: Final = "job-size-exceeds-share"
 SETTINGS_OVERLAY_INVALID: Final = "settings-overlay-invalid"
@@ -189,6 +190,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
     _refusal(
         PROJECT_SIZE_INVALID, "size", "the memory or cpus of the job's project row is not valid"
+    ),
+    _refusal(
+        JOB_SIZE_INVALID,
+        "size",
+        "the job's memory or CPUs lie outside dispatch's bounds (6m to 1t, 0.01 to 512 CPUs), "
+        "and no container is made without both limits",
     ),
     _refusal(
         JOB_SIZE_EXCEEDS_HOST,

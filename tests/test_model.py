@@ -80,7 +80,8 @@ def test_minimal_and_full_documents_decode() -> None:
     job = decode_job(full)
     assert (job.repo, job.number, job.target()) == ("owner/name", 7, "owner/name#7")
     assert decode_job(full.decode()) == job  # str documents too
-    assert decode_job(doc(kind="local", folder="/work/repo/")).target() == "repo"
+    local = doc(kind="local", folder="/work/repo/", queue="jobs@host-1")
+    assert decode_job(local).target() == "repo"
 
 
 def test_size_cap_is_inclusive() -> None:

@@ -8,28 +8,28 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import Any, NoReturn
 
 import msgspec
 from redis.exceptions import RedisError
 
+from dispatch.cli import inputs
 from dispatch.cli import views as view
+from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
-from dispatch.config.settings import Settings, from_env, parse_duration_ms
-from dispatch.errors import ConfigError, DispatchError, InvalidJob, NotFound
+from dispatch.config.settings import Settings, from_env
+from dispatch.errors import ConfigError, Conflict, DispatchError, InvalidJob, NotFound
 from dispatch.model import Job, Size, decode_job, new_id
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
 
-class UsageError(DispatchError):
-    pass
-
-
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    problem = inputs.argv_problem(argv)
+    if problem:
+        sys.exit(_fail(problem, 2))
+    args = _parser().parse_args(argv)
     try:
         settings = from_env()
         code = args.func(args, settings)
@@ -87,11 +87,16 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     job = _job_from_args(args, settings)
-    due_ms, delay_ms = _parse_after(args.after)
-    window = parse_duration_ms(args.dedup_window)
+    due_ms, delay_ms = inputs.parse_after(args.after)
+    window = inputs.duration("--dedup-window", args.dedup_window)
 
     async def go(client: Client) -> int:
-        done = await client.submit(job, due_ms=due_ms, delay_ms=delay_ms, dedup_window_ms=window)
+        try:
+            done = await client.submit(
+                job, due_ms=due_ms, delay_ms=delay_ms, dedup_window_ms=window
+            )
+        except Conflict as exc:  # a taken id is the submitter's input, like any other
+            raise UsageError(str(exc)) from None
         print(done.id)
         return 0
 
@@ -145,7 +150,7 @@ def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
-        records = await client.runs(args.limit)
+        records = await client.run_rows(args.limit)
         print(view.runs_json(records) if args.json else view.runs_table(records))
         return 0
 
@@ -177,7 +182,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
     if args.json:
-        raw = sys.stdin.buffer.read() if args.json == "-" else _read_file(args.json)
+        raw = inputs.read_file(args.json)
         return decode_job(raw)
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -185,7 +190,7 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
     fields: dict[str, Any] = {
         "id": args.id or new_id(),
         "command": command,
-        "env": _env_pairs(args.env),
+        "env": inputs.env_pairs(args.env),
         "attempts": args.attempts,
         "force": args.force,
     }
@@ -206,53 +211,20 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     if args.timeout:
-        fields["timeoutMs"] = parse_duration_ms(args.timeout)  # documents use camelCase
-    if args.memory or args.cpus:
-        fields["size"] = Size(memory=args.memory, cpus=args.cpus)
+        fields["timeoutMs"] = inputs.duration("--timeout", args.timeout)  # documents use camelCase
+    if args.memory is not None or args.cpus is not None:
+        fields["size"] = Size(memory=inputs.memory(args.memory), cpus=args.cpus)
     try:
         return msgspec.convert(fields, Job)
     except msgspec.ValidationError as exc:
         raise InvalidJob(str(exc)) from None
 
 
-def _read_file(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-
-
-def _env_pairs(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageError(f"--env {pair!r}: expected NAME=VALUE")
-        env[name] = value
-    return env
-
-
-def _parse_after(text: str | None) -> tuple[int, int]:
-    """(due_ms, delay_ms): an ISO instant is absolute, '+10m' is relative to the server's now."""
-    if not text:
-        return 0, 0
-    if text.startswith("+"):
-        return 0, parse_duration_ms(text[1:])
-    try:
-        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--after {text!r}: expected an ISO-8601 instant or +DURATION") from None
-    if instant.tzinfo is None:
-        raise UsageError(f"--after {text!r}: give a timezone (Z or +01:00)")
-    return int(instant.timestamp() * 1000), 0
-
-
 # -- parser --------------------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dispatch", description="Run container jobs on a fleet.")
+    parser = inputs.OneLineParser(prog="dispatch", description="Run container jobs on a fleet.")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     add = _adder(sub)
     add("up", cmd_up, "start the daemon (and its own redis-server when no URL is set)")
@@ -262,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument(
         "--state", choices=["waiting", "delayed", "active", "completed", "failed", "cancelled"]
     )
-    jobs.add_argument("--limit", type=int, default=200)
+    jobs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=200)
     jobs.add_argument("--json", action="store_true")
     why = add("why", cmd_why, "tell a job's story")
     why.add_argument("id")
@@ -270,12 +242,12 @@ def _parser() -> argparse.ArgumentParser:
     cancel = add("cancel", cmd_cancel, "stop one job, whatever its state")
     cancel.add_argument("id")
     cancel.add_argument(
-        "--wait", type=float, default=10.0, help="seconds to wait for the owning host"
+        "--wait", type=inputs.seconds, default=10.0, help="DURATION to wait for the owning host"
     )
     add("pause", cmd_pause, "stop starting jobs fleet-wide (durable); jobs still enqueue")
     add("resume", cmd_pause, "start jobs again")
     runs = add("runs", cmd_runs, "recent run records across the fleet")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")
     add("init", cmd_init, "write the config dir's missing files, empty and valid")
     add("doctor", cmd_doctor, "check Redis, scripts, Docker, images and config")
@@ -299,17 +271,17 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     target = p.add_mutually_exclusive_group()
     target.add_argument("--folder", help="a local folder the job works in")
     target.add_argument("--repo", help="OWNER/NAME on the forge")
-    p.add_argument("--number", type=int, help="issue or pull request number")
+    p.add_argument("--number", type=inputs.count(1, 10**9), help="issue or pull request number")
     p.add_argument("--image")
     p.add_argument("--after", help="ISO-8601 instant or +DURATION")
-    p.add_argument("--attempts", type=int, default=3)
+    p.add_argument("--attempts", type=inputs.count(1, 100), default=3)
     p.add_argument("--timeout", help="DURATION, default 30m")
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--project")
     p.add_argument("--model")
     p.add_argument("--parent", help="the job that chained this one (waits for its folder)")
     p.add_argument("--memory")
-    p.add_argument("--cpus", type=float)
+    p.add_argument("--cpus", type=inputs.cpus)
     p.add_argument("--force", action="store_true", help="run on a folder with uncommitted changes")
     p.add_argument("--json", metavar="FILE", help="a job document (JSON), or - for stdin")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

@@ -10,8 +10,10 @@ from dispatch.client import CancelAnswer, JobView
 from dispatch.model import DeferRecord, Result, RunRecord, one_line
 from dispatch.queue.fleet_pause import PauseState
 from dispatch.reasons import lookup
+from dispatch.records.unreadable import UNREADABLE, Unreadable
 
-_STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed"]
+_STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed", UNREADABLE]
+_SHORT = 60  # an unreadable record's detail, as a table cell
 
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
@@ -28,7 +30,15 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 def jobs_table(views: Sequence[JobView]) -> str:
     ordered = sorted(views, key=lambda v: (_STATE_ORDER.index(v.state), v.id))
     rows = [
-        (v.state, v.id, v.queue, v.reason or "-", v.until or "-", v.owner or "-") for v in ordered
+        (
+            v.state,
+            v.id,
+            v.queue,
+            v.reason or v.unreadable[:_SHORT] or "-",
+            v.until or "-",
+            v.owner or "-",
+        )
+        for v in ordered
     ]
     return _table(rows, ("STATE", "ID", "QUEUE", "REASON", "UNTIL", "HOST"))
 
@@ -63,25 +73,30 @@ def jobs_json(views: Sequence[JobView]) -> str:
     return msgspec.json.encode([v.as_json() for v in views]).decode()
 
 
-def runs_table(records: Sequence[RunRecord]) -> str:
-    rows = [
-        (
-            r.ended_at or "-",
-            r.id,
-            str(r.attempt),
-            r.host,
-            r.outcome,
-            r.reason or "-",
-            "-" if r.exit_code is None else str(r.exit_code),
-            one_line(r.sentence) or "-",  # last: a long sentence moves no other column
-        )
-        for r in records
-    ]
+def runs_table(records: Sequence[RunRecord | Unreadable]) -> str:
+    rows = [_run_row(r) for r in records]
     return _table(rows, ("ENDED", "ID", "ATTEMPT", "HOST", "OUTCOME", "REASON", "EXIT", "WHY"))
 
 
-def runs_json(records: Sequence[RunRecord]) -> str:
-    return msgspec.json.encode(list(records)).decode()
+def _run_row(r: RunRecord | Unreadable) -> tuple[str, ...]:
+    if isinstance(r, Unreadable):
+        job_id, _, attempt = r.id.rpartition("#")
+        return ("-", job_id, attempt, "-", UNREADABLE, "-", "-", r.detail)
+    return (
+        r.ended_at or "-",
+        r.id,
+        str(r.attempt),
+        r.host,
+        r.outcome,
+        r.reason or "-",
+        "-" if r.exit_code is None else str(r.exit_code),
+        one_line(r.sentence) or "-",  # last: a long sentence moves no other column
+    )
+
+
+def runs_json(records: Sequence[RunRecord | Unreadable]) -> str:
+    rows = [r.as_json() if isinstance(r, Unreadable) else r for r in records]
+    return msgspec.json.encode(rows).decode()
 
 
 def why_json(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
@@ -119,6 +134,8 @@ def _degraded(r: RunRecord) -> str:
 
 
 def _state_sentences(v: JobView) -> list[str]:
+    if v.state == UNREADABLE:
+        return [f"What Redis holds of it cannot be read ({v.unreadable}); nothing was changed."]
     if v.state == "waiting":
         said = [f"It is ready and waits for a host with a free slot (attempt {v.attempt})."]
         return said + _paused(v)

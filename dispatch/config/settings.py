@@ -1,5 +1,10 @@
 """Settings from the environment (prefix `DISPATCH_`), parsed once, each with a default.
 
+Every `DISPATCH_*` variable dispatch reads is parsed here and nowhere else, so a bad value
+stops the command or the daemon with one line naming the variable, never a traceback later.
+Sizes and durations follow the one grammar of `dispatch.config.units`. To add a setting: a
+field on `Settings` and one row in `_FIELDS` (field, variable, parser raising ValueError).
+
 An unset `DISPATCH_REDIS_URL` means the embedded default: a redis-server that `dispatch up`
 starts with AOF persistence in the state dir, reached through a unix socket there, so every
 command on this machine finds it without further configuration.
@@ -14,20 +19,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dispatch.config.units import (
+    MAX_HOST_CPUS,
+    MAX_HOST_MEMORY,
+    parse_bytes,
+    parse_cpus,
+    parse_seconds,
+    shown,
+)
+from dispatch.config.units import parse_duration_ms as parse_duration_ms  # re-exported
+from dispatch.config.units import parse_memory as parse_memory  # re-exported
 from dispatch.errors import ConfigError
 from dispatch.queue.keys import DEFAULT_PREFIX
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-
-
-def parse_duration_ms(text: str) -> int:
-    """'90s', '10m', '2h', '1d', '250ms'; a bare number is seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"{text!r} is not a duration (try 30s, 10m, 2h, 1d)")
-    return int(float(m.group(1)) * _UNIT_MS[m.group(2) or "s"])
 
 
 def default_host() -> str:
@@ -72,7 +77,13 @@ class Settings:
     job_cpus: float = 2.0
     host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
     host_cpus: float | None = None
-    allowed_roots: tuple[str, ...] = ()  # folders local jobs may use (the docker runner's too)
+    # the docker runner's own (dispatch.runners.docker.runner.DockerSettings reads them here)
+    allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
+    container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
+    container_network: str | None = None  # None = the engine's default bridge
+    container_read_only: bool = True  # the opt-out is for images that write outside /tmp, HOME
+    container_pids_limit: int = 512
+    container_log_size: int | None = None  # per engine log file; None: the runner's default
 
     @property
     def queues(self) -> list[str]:
@@ -85,7 +96,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     get = env.get
     state_dir = Path(get("DISPATCH_STATE_DIR") or default_state_dir())
-    url = get("DISPATCH_REDIS_URL", "")
+    url = _redis_url(get("DISPATCH_REDIS_URL", ""))
     values: dict[str, object] = {
         "redis_url": url or f"unix://{state_dir / 'redis.sock'}",
         "embedded": not url,
@@ -93,21 +104,34 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     }
     for name, key, parse in _FIELDS:
         raw = get(key)
-        if raw:
-            try:
-                values[name] = parse(raw)
-            except (ValueError, ConfigError) as exc:
-                raise ConfigError(f"{key}={raw!r}: {exc}") from None
+        if raw is None or (raw == "" and key not in _EMPTY_IS_A_VALUE):
+            continue
+        try:
+            values[name] = parse(raw)
+        except (ValueError, ConfigError) as exc:
+            raise ConfigError(f"{key}={shown(raw)}: {exc}") from None
     settings = Settings(**values)  # type: ignore[arg-type]
     _check(settings)
     return settings
 
 
+def _redis_url(raw: str) -> str:
+    if raw and not raw.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"DISPATCH_REDIS_URL={shown(raw)}: use redis://, rediss:// or unix://")
+    return raw
+
+
+_WHOLE = re.compile(r"\d{1,9}", re.ASCII)
+
+
+def _whole(raw: str, floor: int, ceiling: int = 10**9 - 1) -> int:
+    if not _WHOLE.fullmatch(raw) or not floor <= int(raw) <= ceiling:
+        raise ValueError(f"must be a whole number from {floor} to {ceiling}")
+    return int(raw)
+
+
 def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError("must be a positive integer")
-    return value
+    return _whole(raw, 1)
 
 
 def _host(raw: str) -> str:
@@ -122,56 +146,71 @@ def _runner(raw: str) -> str:
     return raw
 
 
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_UNIT_BYTES = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_NAME = re.compile(r"[A-Za-z0-9_.:/@+-]{1,255}")  # prefixes, image refs, users, networks
 
 
-def parse_memory(text: str) -> int:
-    """Bytes from `512m`, `4g`, `1.5g` or a plain byte count (binary units, like Docker)."""
-    m = _MEMORY.match(text)
-    if not m:
-        raise ValueError(f"memory size {text!r} is not like 512m or 4g")
-    return int(float(m.group(1)) * _UNIT_BYTES[m.group(2).lower()])
+def _name(raw: str) -> str:
+    if not _NAME.fullmatch(raw):
+        raise ValueError("use A-Z a-z 0-9 and _ . : / @ + - only (at most 255)")
+    return raw
 
 
-def _cpus(raw: str) -> float:
-    value = float(raw)
-    if not 0 < value <= 1024:
-        raise ValueError("CPUs must be above 0")
-    return value
+def _flag(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError("is not one of 1 true yes on / 0 false no off")
+    return word in ("1", "true", "yes", "on")
 
 
-def _paths(raw: str) -> tuple[str, ...]:
-    return tuple(path for path in raw.split(os.pathsep) if path)
+def _roots(raw: str) -> tuple[str, ...]:
+    roots = tuple(r for r in raw.split(os.pathsep) if r)
+    if not all(os.path.isabs(r) for r in roots):
+        raise ValueError(f"every root must be an absolute path (separated by {os.pathsep!r})")
+    return roots
 
 
-def _seconds(raw: str) -> float:
-    return parse_duration_ms(raw) / 1000
+def _log_size(raw: str) -> int:
+    """The engine's log file size: 3 files must hold the 8 MiB output cap (a re-adopted run
+    re-reads its log from the start)."""
+    size = parse_bytes(raw)
+    if not 3 * 1024**2 <= size <= 1024**3:
+        raise ValueError("use 3m or more (3 files must hold the 8 MiB output cap), at most 1g")
+    return size
+
+
+def _user(raw: str) -> str:
+    return raw and _name(raw)  # "" = the image's own USER
 
 
 _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("config_dir", "DISPATCH_CONFIG_DIR", Path),
-    ("prefix", "DISPATCH_PREFIX", str),
+    ("prefix", "DISPATCH_PREFIX", _name),
     ("host", "DISPATCH_HOST", _host),
-    ("concurrency", "DISPATCH_CONCURRENCY", _positive_int),
+    ("concurrency", "DISPATCH_CONCURRENCY", lambda raw: _whole(raw, 1, 10_000)),
     ("runner", "DISPATCH_RUNNER", _runner),
     ("lock_ms", "DISPATCH_LOCK_MS", _positive_int),
-    ("renew_s", "DISPATCH_RENEW_EVERY", _seconds),
-    ("sweep_s", "DISPATCH_SWEEP_EVERY", _seconds),
-    ("lease_ttl_s", "DISPATCH_LEASE_TTL", _seconds),
-    ("max_stalls", "DISPATCH_MAX_STALLS", int),
-    ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", _seconds),
-    ("stop_grace_s", "DISPATCH_STOP_GRACE", _seconds),
+    ("renew_s", "DISPATCH_RENEW_EVERY", parse_seconds),
+    ("sweep_s", "DISPATCH_SWEEP_EVERY", parse_seconds),
+    ("lease_ttl_s", "DISPATCH_LEASE_TTL", parse_seconds),
+    ("max_stalls", "DISPATCH_MAX_STALLS", lambda raw: _whole(raw, 0, 1000)),
+    ("shutdown_grace_s", "DISPATCH_SHUTDOWN_GRACE", parse_seconds),
+    ("stop_grace_s", "DISPATCH_STOP_GRACE", parse_seconds),
     ("engine_wait_ms", "DISPATCH_ENGINE_WAIT_MAX", parse_duration_ms),
-    ("reconcile_s", "DISPATCH_RECONCILE_EVERY", _seconds),
-    ("output_retention_s", "DISPATCH_OUTPUT_RETENTION", _seconds),
-    ("image", "DISPATCH_IMAGE", str),
+    ("reconcile_s", "DISPATCH_RECONCILE_EVERY", parse_seconds),
+    ("output_retention_s", "DISPATCH_OUTPUT_RETENTION", parse_seconds),
+    ("image", "DISPATCH_IMAGE", _name),
     ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
-    ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
-    ("host_memory", "DISPATCH_HOST_MEMORY", parse_memory),
-    ("host_cpus", "DISPATCH_HOST_CPUS", _cpus),
-    ("allowed_roots", "DISPATCH_ALLOWED_ROOTS", _paths),
+    ("job_cpus", "DISPATCH_JOB_CPUS", parse_cpus),
+    ("host_memory", "DISPATCH_HOST_MEMORY", lambda raw: parse_memory(raw, MAX_HOST_MEMORY)),
+    ("host_cpus", "DISPATCH_HOST_CPUS", lambda raw: parse_cpus(raw, MAX_HOST_CPUS)),
+    ("allowed_roots", "DISPATCH_ALLOWED_ROOTS", _roots),
+    ("container_user", "DISPATCH_CONTAINER_USER", _user),
+    ("container_network", "DISPATCH_CONTAINER_NETWORK", _name),
+    ("container_read_only", "DISPATCH_CONTAINER_READ_ONLY", _flag),
+    ("container_pids_limit", "DISPATCH_CONTAINER_PIDS_LIMIT", lambda r: _whole(r, 1, 4_194_304)),
+    ("container_log_size", "DISPATCH_CONTAINER_LOG_SIZE", _log_size),
 ]
+_EMPTY_IS_A_VALUE = {"DISPATCH_CONTAINER_USER"}  # elsewhere an empty value means the default
 
 
 def _check(s: Settings) -> None:

@@ -43,7 +43,7 @@ from dispatch.config.schemas import (
     SettingsFile,
     WaitProfilesFile,
 )
-from dispatch.config.settings import parse_memory
+from dispatch.config.units import check_cpus, parse_memory
 from dispatch.errors import ConfigError
 from dispatch.log import event
 
@@ -164,9 +164,13 @@ def _memory_problem(where: str, text: str | None) -> list[str]:
 
 
 def _cpus_problem(where: str, cpus: float | None) -> list[str]:
-    if cpus is None or (math.isfinite(cpus) and cpus > 0):
+    if cpus is None:
         return []
-    return [f"{where}: cpus must be above 0"]
+    try:
+        check_cpus(cpus)
+    except ValueError as exc:
+        return [f"{where}: {exc}"]
+    return []
 
 
 def _duplicates(where: str, ids: list[str]) -> list[str]:

@@ -5,7 +5,10 @@ projects.json, then the job's own `size`, then settings.json's jobMemory / jobCp
 DISPATCH_JOB_MEMORY / DISPATCH_JOB_CPUS (4g, 2).
 The project's row wins over the job because the operator owns it: a submitter cannot talk a
 project's jobs past the size its operator chose. A row whose size does not parse is refused
-`project-size-invalid`, never silently replaced by a default.
+`project-size-invalid`, never silently replaced by a default. Whatever the source, the size
+must lie within the bounds of `dispatch.config.units` (memory 6m to 1t, CPUs 0.01 to 512); a
+size from elsewhere outside them (a document that reached Redis without the submitter's checks,
+settings built in code) is refused `job-size-invalid`: Docker reads 0 as "no limit".
 
 A size larger than this host's job budget can never start here. On a queue only this host reads
 (`jobs@<host>`, or `jobs` while at most one host is alive) that is refused
@@ -20,7 +23,8 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from dispatch.config.schemas import Overlay, Project
-from dispatch.config.settings import Settings, parse_memory
+from dispatch.config.settings import Settings
+from dispatch.config.units import check_cpus, check_memory, parse_memory
 from dispatch.gates.base import (
     ADMIT,
     NEVER_FITS_DELAY_MS,
@@ -31,10 +35,11 @@ from dispatch.gates.base import (
     Refuse,
 )
 from dispatch.gates.host_budget import Exceeded, HostBudget, describe
-from dispatch.model import Job
+from dispatch.model import Job, Size
 from dispatch.reasons import (
     JOB_SIZE_EXCEEDS_HOST,
     JOB_SIZE_EXCEEDS_SHARE,
+    JOB_SIZE_INVALID,
     PROJECT_SIZE_INVALID,
     SIZE_NEVER_FITS,
 )
@@ -48,42 +53,42 @@ class HostCount(Protocol):
     async def count(self) -> int: ...
 
 
+class SizeInvalid(ValueError):
+    """A size outside the grammar or its bounds, with the refusal that names its source."""
+
+    def __init__(self, reason: str, sentence: str) -> None:
+        super().__init__(sentence)
+        self.reason = reason
+
+
 def resolve_size(
     project: Project | None, job: Job, settings: Settings, overlay: Overlay | None = None
 ) -> JobSize:
     """Field by field: the project's row, the job's own size, settings.json, the env defaults.
-    Raises ValueError naming the project when its row's size is not valid."""
+    Raises SizeInvalid when the row, or whichever value is chosen, is not a valid size."""
     row_memory, row_cpus = _row(project)
-    own = job.size
-    own_memory = parse_memory(own.memory) if own and own.memory else None
-    own_cpus = own.cpus if own else None
+    own = job.size or Size()
     tuned = overlay or Overlay()
-    tuned_memory = parse_memory(tuned.job_memory) if tuned.job_memory else None
-    return JobSize(
-        memory=_first(row_memory, own_memory, tuned_memory, settings.job_memory),
-        cpus=_first(row_cpus, own_cpus, tuned.job_cpus, settings.job_cpus),
-    )
+    cpus = _first(row_cpus, own.cpus, tuned.job_cpus, settings.job_cpus)
+    try:
+        memory = row_memory
+        if memory is None:
+            text = _first(own.memory, tuned.job_memory, "")
+            memory = parse_memory(text) if text else settings.job_memory
+        return JobSize(memory=check_memory(memory), cpus=check_cpus(cpus))
+    except ValueError as exc:
+        raise SizeInvalid(JOB_SIZE_INVALID, f"the job's size: {exc}") from None
 
 
 def _row(project: Project | None) -> tuple[int | None, float | None]:
     if project is None:
         return None, None
-    if project.cpus is not None and project.cpus <= 0:
-        raise ValueError(f"project {project.id}'s cpus {project.cpus!r} is not above 0")
-    return _row_memory(project), project.cpus
-
-
-def _row_memory(project: Project) -> int | None:
-    if project.memory is None:
-        return None
-    problem = ValueError(f"project {project.id}'s memory {project.memory!r} is not like 4g")
     try:
-        memory = parse_memory(project.memory)
-    except ValueError:
-        raise problem from None
-    if memory <= 0:
-        raise problem
-    return memory
+        memory = None if project.memory is None else parse_memory(project.memory)
+        cpus = None if project.cpus is None else check_cpus(project.cpus)
+    except ValueError as exc:
+        raise SizeInvalid(PROJECT_SIZE_INVALID, f"project {project.id}'s {exc}") from None
+    return memory, cpus
 
 
 def _first(*values: _T | None) -> _T:
@@ -101,8 +106,8 @@ class SizeGate:
     async def check(self, pickup: Pickup) -> Decision:
         try:
             size = resolve_size(pickup.project, pickup.job, self.settings, pickup.config.overlay)
-        except ValueError as exc:
-            return Refuse(PROJECT_SIZE_INVALID, str(exc))
+        except SizeInvalid as exc:
+            return Refuse(exc.reason, str(exc))
         pickup.size = size
         project = pickup.project
         share = project.host_share if project and self.budget.configured else None

@@ -465,3 +465,24 @@ async def test_a_run_our_stop_ended_is_handed_back(tmp_path: Path) -> None:
     )
     deferred = msgspec.json.decode(ending.payload, type=DeferRecord)
     assert (ending.action, deferred.reason) == ("defer", LOCK_LOST)
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        Job(id="j9", command=["true"], size=Size(memory="0")),
+        Job(id="j9", command=["true"], size=Size(cpus=0.0)),
+        Job(id="j9", command=["echo", "a\0b"]),
+        Job(id="j9", command=["true"], kind="local", folder="/srv/site"),  # on the shared queue
+    ],
+    ids=["memory 0", "cpus 0", "nul in command", "local on the shared queue"],
+)
+async def test_a_document_that_skipped_the_submit_checks_is_refused_at_pickup(
+    tmp_path: Path, job: Job
+) -> None:
+    """Regression: such documents ran without limits, or failed at create as infra (retried)."""
+    runner = Runner()
+    ending = await processor(runner, [], tmp_path).process(claim_of(job), AbortSignal())
+    result = msgspec.json.decode(ending.payload, type=Result)
+    assert (ending.action, result.outcome, result.reason) == ("finish", "policy", "invalid-job")
+    assert runner.runs == 0

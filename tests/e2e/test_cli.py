@@ -115,7 +115,7 @@ def test_a_json_document_is_accepted_whole(env: dict[str, str]) -> None:
     done = dispatch(env, "submit", "--json", "-", stdin=json.dumps(doc).encode())
     assert (done.returncode, done.stdout.strip()) == (0, "doc-1")
     duplicate = dispatch(env, "submit", "--json", "-", stdin=json.dumps(doc).encode())
-    assert duplicate.returncode == 1 and "already taken" in duplicate.stderr
+    assert duplicate.returncode == 2 and "already taken" in duplicate.stderr  # input, not a fault
 
 
 def test_dedup_returns_the_first_id(env: dict[str, str]) -> None:

@@ -178,3 +178,45 @@ def test_settings_json_overrides_the_env_default_but_not_the_job_or_project() ->
     assert resolve_size(None, own, settings(), tuned) == JobSize(3 * GIB, 0.5)
     row = Project(id="acme", cpus=4.0)
     assert resolve_size(row, Job(id="j1"), settings(), tuned) == JobSize(1 * GIB, 4.0)
+
+
+@pytest.mark.parametrize(
+    "project",
+    [
+        Project(id="acme", memory="5m"),
+        Project(id="acme", memory="2t"),
+        Project(id="acme", cpus=0.001),
+        Project(id="acme", cpus=float("nan")),
+    ],
+)
+async def test_a_project_row_outside_the_bounds_is_refused(project: Project) -> None:
+    decision = await gate()[0].check(pickup(project=project))
+    assert isinstance(decision, Refuse) and decision.reason == "project-size-invalid"
+    assert "acme" in decision.sentence
+
+
+@pytest.mark.parametrize(
+    ("size", "kw"),
+    [
+        (Size(memory="0"), {}),  # a document that reached Redis without the submitter's checks
+        (Size(cpus=0.0), {}),
+        (Size(cpus=600.0), {}),
+        (None, {"job_memory": 0}),  # settings built in code, past the env parser
+        (None, {"job_cpus": 0.0}),
+    ],
+)
+async def test_a_job_size_outside_the_bounds_is_refused_whatever_its_source(
+    size: Size | None, kw: dict[str, Any]
+) -> None:
+    g, _ = gate(**kw)
+    p = pickup(size=size)
+    decision = await g.check(p)
+    assert isinstance(decision, Refuse) and decision.reason == "job-size-invalid"
+    assert p.size is None
+
+
+def test_the_bounds_themselves_are_sizes() -> None:
+    job = Job(id="j1", size=Size(memory="6m", cpus=0.01))
+    assert resolve_size(None, job, settings()) == JobSize(6 * 1024**2, 0.01)
+    job = Job(id="j1", size=Size(memory="1t", cpus=512))
+    assert resolve_size(None, job, settings()) == JobSize(1024 * GIB, 512.0)

@@ -56,7 +56,9 @@ from datetime import datetime
 from typing import Any
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.config.settings import from_env as settings_from_env
 from dispatch.config.settings import parse_memory
+from dispatch.config.units import limited
 from dispatch.errors import ConfigError
 from dispatch.log import event
 from dispatch.model import Job
@@ -68,6 +70,7 @@ from dispatch.reasons import (
     ENGINE_RESTARTED,
     FOLDER_NOT_ALLOWED,
     IMAGE_MISSING,
+    JOB_SIZE_INVALID,
     JOB_USER_ROOT,
     MOUNT_MISMATCH,
     OOM,
@@ -101,7 +104,6 @@ from dispatch.runners.output import OutputFile
 
 SIGKILL_EXIT = 128 + 9
 _OOM_EVENT = "oom"  # not a reason: what the engine calls the event
-_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 # The engine's log is only read while the run goes on, and bounded so that a job printing
 # without end cannot fill the engine's disk: 3 files of 10 MiB, rotated by the `local` driver.
 LOG_MAX_BYTES = 10 * 1024**2
@@ -129,43 +131,28 @@ class DockerSettings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> DockerSettings:
-        """The docker-only DISPATCH_* variables (roots separated by os.pathsep).
+        """The docker-only DISPATCH_* variables, as dispatch.config.settings parsed them.
 
         The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
-        default job size are parsed once, by dispatch.config, and laid over these by
-        dispatch.runners.docker.setup.
+        default job size are laid over these by dispatch.runners.docker.setup.
         """
-        e = dict(os.environ if env is None else env)
-        roots = tuple(r for r in e.get("DISPATCH_ALLOWED_ROOTS", "").split(os.pathsep) if r)
+        s = settings_from_env(env)
         return cls(
-            allowed_roots=roots,
-            user=e.get("DISPATCH_CONTAINER_USER"),  # set, even empty, it decides for every job
-            network=e.get("DISPATCH_CONTAINER_NETWORK") or None,
-            read_only=_flag(e, "DISPATCH_CONTAINER_READ_ONLY", cls.read_only),
-            pids_limit=int(e.get("DISPATCH_CONTAINER_PIDS_LIMIT", cls.pids_limit)),
-            log_max_bytes=_log_max_bytes(e.get("DISPATCH_CONTAINER_LOG_SIZE")),
+            allowed_roots=s.allowed_roots,
+            user=s.container_user,  # set, even empty, it decides for every job
+            network=s.container_network,
+            read_only=s.container_read_only,
+            pids_limit=s.container_pids_limit,
+            log_max_bytes=_log_max_bytes(s.container_log_size),
         )
 
 
-def _flag(env: dict[str, str], key: str, default: bool) -> bool:
-    raw = env.get(key, "").strip().lower()
-    if not raw:
-        return default
-    if raw not in _FLAGS:
-        raise ConfigError(f"{key}={env[key]!r}: use true or false")
-    return _FLAGS[raw]
-
-
-def _log_max_bytes(raw: str | None) -> int:
-    if not raw:
+def _log_max_bytes(size: int | None) -> int:
+    if size is None:
         return LOG_MAX_BYTES
-    try:
-        size = parse_memory(raw)
-    except ValueError as exc:
-        raise ConfigError(f"DISPATCH_CONTAINER_LOG_SIZE={raw!r}: {exc}") from None
     if size * LOG_FILES < OUTPUT_CAP_BYTES:  # a re-adopted run re-reads the log from its start
         raise ConfigError(
-            f"DISPATCH_CONTAINER_LOG_SIZE={raw!r}: the engine must keep at least the output "
+            f"DISPATCH_CONTAINER_LOG_SIZE={size}: the engine must keep at least the output "
             f"cap ({OUTPUT_CAP_BYTES // 1024**2} MiB) in {LOG_FILES} files: use 3m or more"
         )
     return size
@@ -294,7 +281,13 @@ class DockerRunner(Runner):
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         try:
-            cid = await self._create(ctx, container_config(ctx, plan, self.settings))
+            config = container_config(ctx, plan, self.settings)
+        except (ValueError, OverflowError):  # a size outside the grammar or its bounds
+            config = {}
+        if not limited(config.get("HostConfig", {})):  # the last line of defence
+            return RunResult(started=False, refusal=JOB_SIZE_INVALID)
+        try:
+            cid = await self._create(ctx, config)
         except ImageMissing:  # the create never pulls: its 404 is the image check
             return RunResult(started=False, refusal=IMAGE_MISSING)
         except DockerUnavailable as exc:

@@ -214,8 +214,8 @@ def test_the_settings_and_their_opt_outs() -> None:
 @pytest.mark.parametrize(
     ("key", "raw", "message"),
     [
-        ("DISPATCH_CONTAINER_READ_ONLY", "maybe", "use true or false"),
-        ("DISPATCH_CONTAINER_LOG_SIZE", "lots", "is not like 512m or 4g"),
+        ("DISPATCH_CONTAINER_READ_ONLY", "maybe", "is not one of 1 true yes on"),
+        ("DISPATCH_CONTAINER_LOG_SIZE", "lots", "is not a size like 512m, 4g"),
         ("DISPATCH_CONTAINER_LOG_SIZE", "1m", "use 3m or more"),
     ],
 )
