@@ -37,6 +37,7 @@ from dispatch.errors import BadCall
 from dispatch.log import event
 from dispatch.queue.transitions import Claim, ClaimBatch, Finish, Queue
 from dispatch.records.disk_log import RecordLog
+from dispatch.records.mirror import record_runs
 
 CLAIM_RETRY_S = 1.0
 FINISH_RETRY_S = 0.5
@@ -222,7 +223,32 @@ class Lane:
             return
         finally:
             self.claiming -= 1
+        refused = [item for item, ok in zip(items, oks, strict=True) if not ok]
+        if refused:  # before the new claims start: one of them may be a refused job again
+            await self._keep_outcomes(refused, claimed)
         self._settle(items, oks, claimed, want, sent)
+
+    async def _keep_outcomes(self, refused: list[Finish], claimed: ClaimBatch | None) -> None:
+        """A finish refused because its claim was swept (Redis away past the lock) still knows
+        how its run ended: mirrored now, while no other claim holds the job, the re-pickup
+        settles on it instead of running the job again. The call that was refused may itself
+        have claimed the job again: that claim has run nothing yet, so its token fences the
+        write. Best effort: the sweep put the job back, so a fault here costs a rerun."""
+        ours = {c.id: c.token for c in claimed.claims} if claimed is not None else {}
+        argv: list[str | bytes | int] = []
+        for item in refused:
+            if item.run and item.action != "defer":  # a deferred run was stopped: nothing to keep
+                token = ours.get(item.id, item.token)
+                argv += [item.id, token, item.run_id, item.run, self.clock.now_ms()]
+        if not argv:
+            return
+        try:
+            kept = await record_runs(self.queue.redis, self.queue.keys, argv)
+        except (RedisError, OSError, BadCall) as exc:
+            event("refused_outcome_not_kept", queue=self.name, error=str(exc))
+            return
+        if kept:
+            event("refused_outcome_kept", queue=self.name, runs=kept)
 
     def _write_local(self, runs: Iterable[bytes]) -> None:
         """The local copy never keeps a claim from ending: the finish carries every record."""

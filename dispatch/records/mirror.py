@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from dispatch.model import RunRecord
 from dispatch.queue.faults import redis_call
-from dispatch.queue.keys import DEFAULT_PREFIX, queue_keys
+from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from dispatch.queue.scripts import checked, script
 from dispatch.records.disk_log import decode, encode
 
@@ -71,9 +71,8 @@ class RunMirror:
             )
         stored: set[tuple[str, str]] = set()
         for queue, argv in args.items():
-            k = queue_keys(queue, self.prefix)
-            reply = await script("run_record")(self.redis, [k.lock, k.runs, k.runs_idx], argv)
-            stored.update((queue, run_id.decode()) for run_id in checked(reply, "run record"))
+            ids = await record_runs(self.redis, queue_keys(queue, self.prefix), argv)
+            stored.update((queue, run_id) for run_id in ids)
         return stored
 
     async def get(self, queue: str, run_id: str) -> RunRecord | None:
@@ -87,6 +86,13 @@ class RunMirror:
             return decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
+
+
+async def record_runs(redis: Redis, k: QueueKeys, argv: list[str | bytes | int]) -> list[str]:
+    """`run_record` for one queue: argv is (id, token, run id, record, ms) per record; the run
+    ids stored (see the module docstring for which are)."""
+    reply = await script("run_record")(redis, [k.lock, k.runs, k.runs_idx], argv)
+    return [run_id.decode() for run_id in checked(reply, "run record")]
 
 
 def _settle(batch: list[Pending], error: Exception | None, stored: set[tuple[str, str]]) -> None:

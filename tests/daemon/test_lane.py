@@ -71,3 +71,23 @@ async def test_a_refused_finish_is_dropped_not_retried(
     assert lane.capacity.free == 2
     assert await lane.queue.claims() == [(claim.id, claim.token)]  # its lock lapses, then a sweep
     assert await redis.lrange(lane.queue.keys.wait, 0, -1) == [b"b"]
+
+
+async def test_a_finish_refused_after_a_sweep_keeps_its_runs_outcome(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Redis was away past the lock: the sweep put the job back, so the finish is refused.
+    Its record is mirrored all the same (nobody else holds the job), for the re-pickup to
+    settle on; a deferral's record (a stopped run) is not."""
+    lane = lane_of(redis, prefix, tmp_path, 2, FakeClock())
+    await lane.queue.enqueue([NewJob("a", b'{"id":"a"}'), NewJob("b", b'{"id":"b"}')])
+    a, b = (await lane.queue.claim(2, "h1", 60_000)).claims
+    await redis.zadd(lane.queue.keys.active, {"a": 0, "b": 0})  # both locks lapsed
+    assert (await lane.queue.sweep(3, b'{"reason":"stalled"}'))[0] == ["a", "b"]
+    ran = b'{"id":"a","attempt":1,"outcome":"completed"}'
+    stopped = b'{"id":"b","attempt":1,"outcome":"infra"}'
+    lane.end(Finish("finish", "a", a.token, b"{}", run_id="a#1", run=ran), None)
+    lane.end(Finish("defer", "b", b.token, b"{}", 1000, run_id="b#1", run=stopped), None)
+    await lane.flush()
+    assert await redis.hget(lane.queue.keys.runs, "a#1") == ran
+    assert await redis.hget(lane.queue.keys.runs, "b#1") is None
