@@ -14,7 +14,10 @@ earlier, so the lock keeper judges the claim from then, however late the reply w
 frozen or overloaded daemon may read a lock that has already lapsed).
 
 A Redis fault in any of them is logged and retried; a finish that cannot be sent stays
-pending (its claim stays held and renewed) until Redis answers. A local log that cannot be
+pending until Redis answers. Its claim is no longer renewed (Redis would not take the renewal
+either): if the outage outlasted the lock and a sweep put the job back first, the finish is
+refused and its run's outcome is mirrored instead, for the re-pickup to settle on
+(`_keep_outcomes`). A local log that cannot be
 written is logged and skipped: the finish carries the record to Redis all the same. A call a
 script refuses (`BadCall`: a bug, not a fault) is logged and not retried: a refused finish is
 dropped, and its claims lapse and are swept, a stall each, so a bug that repeats is bounded.
