@@ -71,6 +71,14 @@ class Settings:
     job_cpus: float = 2.0
     host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
     host_cpus: float | None = None
+    # the wait-for gate (gates/wait.py); README "Waiting for a condition"
+    wait_after_max_ms: int = 30 * 86_400_000  # an `after` further out is refused
+    wait_check_slots: int = 1  # checks at once on this host (never the last job slot)
+    wait_fleet_checks: int | None = None  # checks at once fleet-wide; None: unbounded
+    wait_interval_ms: int = 60_000  # between checks of one job, before the backoff
+    wait_max_ms: int = 86_400_000  # the longest a job holds on its checks
+    wait_max_checks: int = 96
+    wait_max_faults: int = 5  # checks in a row that could not tell
 
     @property
     def queues(self) -> list[str]:
@@ -163,6 +171,13 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("job_cpus", "DISPATCH_JOB_CPUS", _cpus),
     ("host_memory", "DISPATCH_HOST_MEMORY", parse_memory),
     ("host_cpus", "DISPATCH_HOST_CPUS", _cpus),
+    ("wait_after_max_ms", "DISPATCH_WAIT_AFTER_MAX", parse_duration_ms),
+    ("wait_check_slots", "DISPATCH_WAIT_CHECK_SLOTS", _positive_int),
+    ("wait_fleet_checks", "DISPATCH_WAIT_FLEET_CHECKS", _positive_int),
+    ("wait_interval_ms", "DISPATCH_WAIT_INTERVAL", parse_duration_ms),
+    ("wait_max_ms", "DISPATCH_WAIT_MAX", parse_duration_ms),
+    ("wait_max_checks", "DISPATCH_WAIT_MAX_CHECKS", _positive_int),
+    ("wait_max_faults", "DISPATCH_WAIT_MAX_FAULTS", _positive_int),
 ]
 
 
@@ -185,3 +200,14 @@ def _check(s: Settings) -> None:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 or more")
     if s.reconcile_s < 1:  # each round lists the engine's containers: not a busy loop
         raise ConfigError("DISPATCH_RECONCILE_EVERY must be at least 1s")
+    _check_waits(s)
+
+
+WAIT_INTERVAL_FLOOR_MS = 30_000  # a check every few seconds would be a poll, not a wait
+
+
+def _check_waits(s: Settings) -> None:
+    if s.wait_interval_ms < WAIT_INTERVAL_FLOOR_MS:
+        raise ConfigError("DISPATCH_WAIT_INTERVAL must be at least 30s")
+    if s.wait_max_ms < 1000 or s.wait_after_max_ms < 1000:
+        raise ConfigError("DISPATCH_WAIT_MAX and DISPATCH_WAIT_AFTER_MAX must be at least 1s")
