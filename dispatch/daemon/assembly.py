@@ -30,12 +30,16 @@ from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
 from dispatch.gates.host_budget import HostBudget
 from dispatch.gates.pipeline import GateDeps, pipeline
+from dispatch.gates.wait import WaitParts
+from dispatch.gates.wait_claims import IdentityClaims
+from dispatch.gates.wait_profiles import ProfileRunner
 from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
+from dispatch.records.wait_state import WaitStates, wait_state_ttl_ms
 from dispatch.runners.base import Runner
 from dispatch.runners.process import ProcessRunner
 
@@ -147,6 +151,7 @@ async def gated_processor(
             live_hosts=LiveHosts(redis, settings.prefix, clock),
             mirror=RunMirror(redis, settings.prefix),
             clock=clock,
+            waits=wait_parts(settings, redis),
         )
         records = RecordLog(settings.state_dir)
         try:
@@ -166,6 +171,15 @@ async def gated_processor(
             )
         finally:
             records.close()
+
+
+def wait_parts(settings: Settings, redis: Redis) -> WaitParts:
+    """The wait gate's Redis state, identity claims and profile runner."""
+    return WaitParts(
+        WaitStates(redis, settings.prefix, wait_state_ttl_ms(settings)),
+        IdentityClaims(redis, settings.prefix),
+        ProfileRunner(),
+    )
 
 
 async def follow_config(

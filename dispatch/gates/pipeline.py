@@ -26,6 +26,7 @@ from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
+from dispatch.gates.wait import WaitGate, WaitParts
 from dispatch.records.mirror import RunMirror
 
 
@@ -40,6 +41,7 @@ class GateDeps:
     live_hosts: LiveHosts
     mirror: RunMirror
     clock: Clock
+    waits: WaitParts
 
 
 def pipeline(d: GateDeps) -> list[Gate]:
@@ -49,6 +51,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         ProjectGate(),
         PauseGate(d.clock),
         SizeGate(d.settings, d.budget, d.live_hosts),
+        WaitGate(d.settings, d.slots, d.leases, d.waits, d.clock),
         HostSlotGate(d.settings, d.slots, d.budget),
         ScopeGate(d.slots, d.leases),
         OverlayGate(),
