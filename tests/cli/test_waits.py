@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from dispatch.cli.doctor import profile_checks, render
 from dispatch.cli.waits import by_reason, conditions, when, why_line
 from dispatch.client import JobView
 from dispatch.errors import InvalidJob
@@ -70,3 +73,14 @@ def test_why_of_an_after_and_of_a_cleared_wait() -> None:
     cleared = WaitState(cleared_ms=NOW - MIN, label="`jira`")
     assert why_line(cleared, NOW, UTC) == "Its wait on `jira` cleared at 10:01."
     assert when(NOW - 24 * 60 * MIN, NOW, UTC) == "10:02 yesterday"
+
+
+def test_doctor_checks_each_declared_profile(tmp_path: Path) -> None:
+    document = {
+        "version": 1,
+        "profiles": {"jira": {"command": ["/nonexistent/check"]}, "sh": {"command": ["sh"]}},
+    }
+    (tmp_path / "wait-profiles.json").write_text(json.dumps(document))
+    checks = profile_checks(tmp_path)
+    assert [(c.name, c.ok) for c in checks] == [("wait-profile", False), ("wait-profile", True)]
+    assert "jira: /nonexistent/check is not found" in render(checks[0])
