@@ -103,7 +103,13 @@ class _Look:
 
     @property
     def held_ms(self) -> int:
-        return self.now - self.state.since_ms if self.state.since_ms else 0
+        """How long the job has held on its checks: from its first hold, or from its `after`
+        instant if that came later (a wait for an instant does not eat the max wait)."""
+        return self.now - self.checks_since if self.state.since_ms else 0
+
+    @property
+    def checks_since(self) -> int:
+        return max(self.state.since_ms or self.now, self.state.after_ms)
 
 
 @dataclass
@@ -298,17 +304,16 @@ class WaitGate:
     def _noted(
         self, look: _Look, answer: Answer, name: str, *, checks: int, faults: int
     ) -> WaitState:
-        since = look.state.since_ms or look.now
         return msgspec.structs.replace(
             look.state,
-            since_ms=since,
+            since_ms=look.state.since_ms or look.now,
             checks=checks,
             faults=faults,
             throttles=0,
             answer=ANSWERS[answer.verdict],
             line=answer.line,
             profile=name,
-            gives_up_ms=since + self.limits.max_ms,
+            gives_up_ms=look.checks_since + self.limits.max_ms,
         )
 
     async def _throttled(self, look: _Look, where: str) -> Decision:
@@ -321,10 +326,9 @@ class WaitGate:
         if look.held_ms >= self.limits.max_ms:  # a job never granted a check still has a bound
             return await self._refuse(look, Refuse(WAIT_EXPIRED, _STARVED))
         delay = throttle_delay_ms(self.limits, look.held_ms, self.parts.random)
-        since = state.since_ms or look.now
         await self._put(look, msgspec.structs.replace(
-            state, since_ms=since, throttles=throttles, next_ms=look.now + delay,
-            gives_up_ms=since + self.limits.max_ms,
+            state, since_ms=state.since_ms or look.now, throttles=throttles,
+            next_ms=look.now + delay, gives_up_ms=look.checks_since + self.limits.max_ms,
         ))  # fmt: skip
         detail = f"every check slot {where} was busy ({throttles} in a row)"
         return Defer(delay, WAIT_THROTTLED, detail=detail)
@@ -341,7 +345,8 @@ class WaitGate:
         if engaged or state.checks:  # remembered, so a later gate's deferral asks nothing again
             await self._put(look, msgspec.structs.replace(state, cleared_ms=look.now, next_ms=0))
         if state.since_ms:  # only a job that really held has cleared a wait
-            event("wait_cleared", job=job.id, label=state.label, held_ms=look.held_ms)
+            held = look.now - state.since_ms  # the whole wait, its `after` included
+            event("wait_cleared", job=job.id, label=state.label, held_ms=held)
         return ADMIT
 
     async def _put(self, look: _Look, state: WaitState) -> None:

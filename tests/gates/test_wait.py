@@ -408,3 +408,22 @@ async def test_after_any_verdicts_no_slot_lease_or_claim_is_left_held(
         r = await make_rig(stack, redis, prefix, logged, wait_fleet_checks=2)
         for n, verdicts in enumerate(verdict_runs()):
             await assert_discipline(r, verdicts, f"j{n}")
+
+
+@pytest.mark.anyio
+async def test_a_wait_for_an_instant_does_not_eat_the_max_wait_of_the_checks(rig: Rig) -> None:
+    j = job(after(rig, 20 * HOUR), profile("jira"))
+    start = rig.clock.now_ms()
+    first = await rig.look(j)
+    assert isinstance(first, Defer) and first.reason == WAIT_AFTER
+    step(rig.clock, first.delay_ms)
+    held = await rig.look(j)  # the first check, 20 h after the job first waited
+    assert isinstance(held, Defer) and held.reason == WAIT_HOLD
+    state = await rig.states.get("jobs", "j1")
+    assert state is not None and state.since_ms == start
+    assert state.gives_up_ms == rig.clock.now_ms() + 86_400_000
+    rig.checker.verdicts = ["go"]
+    step(rig.clock, held.delay_ms)
+    assert isinstance(await rig.look(j), Admit)
+    [cleared] = rig.events("wait_cleared")
+    assert cleared["held_ms"] == rig.clock.now_ms() - start
