@@ -30,8 +30,8 @@ from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
 from dispatch.gates.host_budget import HostBudget
 from dispatch.gates.pipeline import GateDeps, pipeline
-from dispatch.gates.wait import WaitParts
 from dispatch.gates.wait_claims import IdentityClaims
+from dispatch.gates.wait_look import WaitParts
 from dispatch.gates.wait_profiles import ProfileRunner
 from dispatch.log import event
 from dispatch.queue.connect import redis_client

@@ -26,7 +26,8 @@ from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
-from dispatch.gates.wait import WaitGate, WaitParts
+from dispatch.gates.wait import WaitGate
+from dispatch.gates.wait_look import WaitParts
 from dispatch.records.mirror import RunMirror
 
 

@@ -1,32 +1,29 @@
 """The wait-for gate: a job with `waitFor` waits for its `after` instant and for its profiles'
 checks to answer go (DESIGN section 4, step 6; README "Waiting for a condition").
 
-Order, free and determinate before anything is held:
-  1. refusals: superseded by a sibling whose wait cleared (`wait-superseded`), an `after` that
-     does not read (`wait-unreadable`), an undeclared profile (`wait-profile-unknown`), an
-     `after` beyond DISPATCH_WAIT_AFTER_MAX (`wait-after-beyond-max`);
+Order, free and determinate first: 1. refusals: superseded by a sibling whose wait cleared
+     (`wait-superseded`), an `after` that does not read (`wait-unreadable`), an undeclared
+     profile (`wait-profile-unknown`), an `after` beyond the ceiling (`wait-after-beyond-max`);
   2. tier 1, an `after` still ahead: claim the identity, defer `wait-after` to the instant;
   3. tier 2, the profiles: a check slot on this host, then the fleet check lease (denied:
      `wait-throttled`), claim the identity, run the profiles in order; the first answer that
      is not go decides (hold `wait-hold`, refuse `wait-refused`, `wait-unanswerable`,
      `wait-expired`, or cut short `wait-aborted`);
   4. all clear: mark the identity cleared, give the claim back, log `wait_cleared`, admit.
-The check slot and the lease are given back as soon as the checks end, whatever they said;
-the identity claim lasts across the job's holds and is given back when the wait clears or is
-refused. A job whose wait cleared keeps that in its wait state, so a later gate's deferral
-does not make it wait (or check) again. The arithmetic is `wait_policy.py`.
+Check slot and lease go back as soon as the checks end; the identity claim lasts across the
+job's holds and goes back when the wait clears or is refused. A cleared wait is kept in the
+wait state, so a later gate's deferral asks nothing again. Arithmetic: `wait_policy.py`;
+sentences: `wait_refusals.py`; a pickup's view of its wait: `wait_look.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import dataclass, field
 
 import msgspec
 
 from dispatch.clock import Clock
-from dispatch.config.schemas import WaitProfile
 from dispatch.config.settings import Settings
 from dispatch.fleet.leases import FleetLeases, Lease
 from dispatch.fleet.slots import Slots
@@ -39,26 +36,24 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
 )
-from dispatch.gates.wait_claims import IdentityClaims
 from dispatch.gates.wait_conditions import (
-    TARGET,
-    Conditions,
     check_target,
     conditions,
     identity,
     label,
 )
+from dispatch.gates.wait_look import Checked, Look, WaitParts
 from dispatch.gates.wait_policy import (
     THROTTLE_ALARM,
     Held,
-    Random,
     WaitLimits,
     after_hold,
     after_is_due,
     check_slots,
     throttle_delay_ms,
 )
-from dispatch.gates.wait_profiles import ANSWERS, Answer, Checker
+from dispatch.gates.wait_profiles import ANSWERS, Answer
+from dispatch.gates.wait_refusals import STARVED, gave_up, profile_problem, span, superseded
 from dispatch.log import event
 from dispatch.model import iso
 from dispatch.reasons import (
@@ -67,55 +62,15 @@ from dispatch.reasons import (
     WAIT_AFTER_BEYOND_MAX,
     WAIT_EXPIRED,
     WAIT_HOLD,
-    WAIT_PROFILE_UNKNOWN,
     WAIT_REFUSED,
     WAIT_SUPERSEDE,
-    WAIT_SUPERSEDED,
     WAIT_THROTTLED,
-    WAIT_UNANSWERABLE,
     WAIT_UNREADABLE,
 )
-from dispatch.records.wait_state import WaitState, WaitStates
+from dispatch.records.wait_state import WaitState
 
 CHECK_KEY = "wait-check"  # the in-process slot and the fleet lease: one bound for every profile
 CLAIM_MARGIN_MS = 3_600_000  # a claim outlives the longest wait by this much
-
-
-@dataclass(frozen=True)
-class WaitParts:
-    states: WaitStates
-    claims: IdentityClaims
-    runner: Checker
-    random: Random = random.random
-
-
-@dataclass
-class _Look:
-    """One pickup's look at its wait."""
-
-    pickup: Pickup
-    conds: Conditions
-    identity: str | None
-    now: int
-    stored: WaitState | None
-    state: WaitState
-    claimed: bool = False
-
-    @property
-    def held_ms(self) -> int:
-        """How long the job has held on its checks: from its first hold, or from its `after`
-        instant if that came later (a wait for an instant does not eat the max wait)."""
-        return self.now - self.checks_since if self.state.since_ms else 0
-
-    @property
-    def checks_since(self) -> int:
-        return max(self.state.since_ms or self.now, self.state.after_ms)
-
-
-@dataclass
-class _Checked:
-    answer: Answer
-    profile: str
 
 
 @dataclass
@@ -148,28 +103,29 @@ class WaitGate:
                 return decision
         return await self._cleared(look)
 
-    async def _look(self, pickup: Pickup) -> _Look:
+    async def _look(self, pickup: Pickup) -> Look:
         job = pickup.job
         stored = await self.parts.states.get(job.queue, job.id)
         conds = conditions(job)
         state = stored or WaitState(target=job.target(), label=label(conds))
-        return _Look(pickup, conds, identity(job), self.clock.now_ms(), stored, state)
+        return Look(pickup, conds, identity(job), self.clock.now_ms(), stored, state)
 
     # -- refusals before any hold -----------------------------------------------------------
 
-    async def _determinate(self, look: _Look) -> Refuse | None:
+    async def _determinate(self, look: Look) -> Refuse | None:
         job, conds = look.pickup.job, look.conds
         if look.identity:
             by = await self.parts.claims.cleared_by(look.identity)
             if by and by != job.id:
-                return _superseded(job.dedup, by, "already finished waiting")
+                return superseded(job.dedup, by, "already finished waiting")
         if conds.unreadable:
             return Refuse(
                 WAIT_UNREADABLE,
                 f"waitFor after {conds.unreadable[0]!r} is not an instant this release can"
                 " read; not run",
             )
-        problem = _profile_problem(look)
+        has_target = bool(check_target(job))
+        problem = profile_problem(conds.profiles, look.pickup.config.profiles, has_target)
         if problem is not None:
             return problem
         after = conds.after_ms
@@ -177,17 +133,17 @@ class WaitGate:
             return Refuse(
                 WAIT_AFTER_BEYOND_MAX,
                 f"its after instant {iso(after)} is further out than DISPATCH_WAIT_AFTER_MAX"
-                f" ({_span(self.limits.after_max_ms)}); not run",
+                f" ({span(self.limits.after_max_ms)}); not run",
             )
         return None
 
-    async def _refuse(self, look: _Look, refusal: Refuse) -> Refuse:
+    async def _refuse(self, look: Look, refusal: Refuse) -> Refuse:
         if look.identity and (look.claimed or look.stored is not None):
             job = look.pickup.job
             await self.parts.claims.release(look.identity, job.queue, job.id)
         return refusal
 
-    async def _claim(self, look: _Look) -> Decision | None:
+    async def _claim(self, look: Look) -> Decision | None:
         """Hold the identity; a decision when another job is in the way."""
         if not look.identity:
             return None
@@ -195,7 +151,7 @@ class WaitGate:
         ttl = max((look.conds.after_ms or 0) - look.now, 0) + self.limits.max_ms + CLAIM_MARGIN_MS
         got = await self.parts.claims.claim(look.identity, job.queue, job.id, ttl)
         if got.kind == "superseded":
-            return _superseded(job.dedup, got.holder, "already waits")
+            return superseded(job.dedup, got.holder, "already waits")
         if got.kind == "unknown":
             event("wait_supersede_unverified", job=job.id, holder=got.holder)
             detail = f"whether {got.holder or 'its holder'} is still alive could not be read"
@@ -207,7 +163,7 @@ class WaitGate:
 
     # -- tier 1 ------------------------------------------------------------------------------
 
-    async def _until_after(self, look: _Look) -> Decision:
+    async def _until_after(self, look: Look) -> Decision:
         claimed = await self._claim(look)
         if claimed is not None:
             return claimed
@@ -221,7 +177,7 @@ class WaitGate:
 
     # -- tier 2 ------------------------------------------------------------------------------
 
-    async def _checked(self, look: _Look) -> Decision | None:
+    async def _checked(self, look: Look) -> Decision | None:
         limit = check_slots(self.limits, self.settings.concurrency)
         ticket = self.slots.try_acquire(CHECK_KEY, limit, owner=look.pickup.job.id)
         if ticket is None:
@@ -230,11 +186,11 @@ class WaitGate:
             outcome = await self._leased(look)
         finally:
             self.slots.release(ticket)
-        if isinstance(outcome, _Checked):
+        if isinstance(outcome, Checked):
             return await self._answered(look, outcome)
         return outcome
 
-    async def _leased(self, look: _Look) -> Decision | _Checked:
+    async def _leased(self, look: Look) -> Decision | Checked:
         abort = asyncio.Event()
         look.pickup.signal.when_aborted(abort.set)
         lease: Lease | None = None
@@ -250,21 +206,21 @@ class WaitGate:
             if lease is not None:
                 await self.leases.release(lease)
 
-    async def _ask(self, look: _Look, abort: asyncio.Event) -> _Checked:
+    async def _ask(self, look: Look, abort: asyncio.Event) -> Checked:
         """Each profile in the job's order, until one does not answer go."""
         pickup = look.pickup
         target = check_target(pickup.job)
-        checked = _Checked(Answer("go"), "")
+        checked = Checked(Answer("go"), "")
         for name in look.conds.profiles:
             answer = await self.parts.runner.check(pickup.config.profiles[name], target, abort)
             event("wait_checked", job=pickup.job.id, profile=name, verdict=answer.verdict,
                   line=answer.line)  # fmt: skip
-            checked = _Checked(answer, name)
+            checked = Checked(answer, name)
             if answer.verdict != "go":
                 break
         return checked
 
-    async def _answered(self, look: _Look, checked: _Checked) -> Decision | None:
+    async def _answered(self, look: Look, checked: Checked) -> Decision | None:
         answer, name = checked.answer, checked.profile
         if answer.verdict == "aborted":  # learned nothing: count nothing
             event("wait_check_aborted", job=look.pickup.job.id, profile=name)
@@ -275,7 +231,9 @@ class WaitGate:
             sentence = f"the check `{name}` answered that this will never clear{said}; not run"
             return await self._refuse(look, Refuse(WAIT_REFUSED, sentence))
         if answer.verdict == "go":
-            noted = self._noted(look, answer, name, checks=look.state.checks + 1, faults=0)
+            noted = look.noted(
+                self.limits.max_ms, answer, name, checks=look.state.checks + 1, faults=0
+            )
             look.state = msgspec.structs.replace(noted, since_ms=look.state.since_ms)
             return None  # a job that cleared at its first check never held
         held = after_hold(
@@ -288,11 +246,11 @@ class WaitGate:
         )
         return await self._hold(look, checked, held)
 
-    async def _hold(self, look: _Look, checked: _Checked, held: Held) -> Decision:
+    async def _hold(self, look: Look, checked: Checked, held: Held) -> Decision:
         name, answer = checked.profile, checked.answer
         if held.kind != "defer":
-            return await self._refuse(look, _gave_up(held, name, answer, look.held_ms))
-        state = self._noted(look, answer, name, checks=held.checks, faults=held.faults)
+            return await self._refuse(look, gave_up(held, name, answer, look.held_ms))
+        state = look.noted(self.limits.max_ms, answer, name, checks=held.checks, faults=held.faults)
         state = msgspec.structs.replace(state, next_ms=look.now + held.delay_ms)
         await self._put(look, state)
         event("wait_deferred", job=look.pickup.job.id, profile=name, verdict=answer.verdict,
@@ -301,22 +259,7 @@ class WaitGate:
         detail = f"`{name}` answered {ANSWERS[answer.verdict]}{said}"
         return Defer(held.delay_ms, WAIT_HOLD, detail=detail)
 
-    def _noted(
-        self, look: _Look, answer: Answer, name: str, *, checks: int, faults: int
-    ) -> WaitState:
-        return msgspec.structs.replace(
-            look.state,
-            since_ms=look.state.since_ms or look.now,
-            checks=checks,
-            faults=faults,
-            throttles=0,
-            answer=ANSWERS[answer.verdict],
-            line=answer.line,
-            profile=name,
-            gives_up_ms=look.checks_since + self.limits.max_ms,
-        )
-
-    async def _throttled(self, look: _Look, where: str) -> Decision:
+    async def _throttled(self, look: Look, where: str) -> Decision:
         job, state = look.pickup.job, look.state
         throttles = state.throttles + 1
         if throttles == THROTTLE_ALARM:
@@ -324,7 +267,7 @@ class WaitGate:
                   hint="raise DISPATCH_WAIT_CHECK_SLOTS or DISPATCH_WAIT_FLEET_CHECKS, "
                   "lengthen DISPATCH_WAIT_INTERVAL, or hold fewer jobs")  # fmt: skip
         if look.held_ms >= self.limits.max_ms:  # a job never granted a check still has a bound
-            return await self._refuse(look, Refuse(WAIT_EXPIRED, _STARVED))
+            return await self._refuse(look, Refuse(WAIT_EXPIRED, STARVED))
         delay = throttle_delay_ms(self.limits, look.held_ms, self.parts.random)
         await self._put(look, msgspec.structs.replace(
             state, since_ms=state.since_ms or look.now, throttles=throttles,
@@ -335,7 +278,7 @@ class WaitGate:
 
     # -- all clear ---------------------------------------------------------------------------
 
-    async def _cleared(self, look: _Look) -> Decision:
+    async def _cleared(self, look: Look) -> Decision:
         job, state = look.pickup.job, look.state
         engaged = look.claimed or look.stored is not None
         if look.identity and engaged:
@@ -349,68 +292,8 @@ class WaitGate:
             event("wait_cleared", job=job.id, label=state.label, held_ms=held)
         return ADMIT
 
-    async def _put(self, look: _Look, state: WaitState) -> None:
+    async def _put(self, look: Look, state: WaitState) -> None:
         job = look.pickup.job
         state = msgspec.structs.replace(state, identity=look.identity or "")
         await self.parts.states.put(job.queue, job.id, state)
         look.state = state
-
-
-_STARVED = (
-    "gave up waiting: the checks could not get a check slot often enough within"
-    " DISPATCH_WAIT_MAX; not run"
-)
-
-
-def _profile_problem(look: _Look) -> Refuse | None:
-    profiles: dict[str, WaitProfile] = look.pickup.config.profiles
-    has_target = bool(check_target(look.pickup.job))
-    for name in look.conds.profiles:
-        profile = profiles.get(name)
-        if profile is None:
-            return Refuse(
-                WAIT_PROFILE_UNKNOWN,
-                f"waiting on `{name}` is not something this host can answer: wait-profiles.json"
-                " declares no such profile; not run",
-            )
-        if not has_target and any(TARGET in arg for arg in profile.command):
-            return Refuse(
-                WAIT_UNREADABLE,
-                f"the profile `{name}` is asked about the job's target, and this job has none"
-                " (neither a repo nor a folder); not run",
-            )
-    return None
-
-
-def _superseded(dedup: str | None, other: str | None, what: str) -> Refuse:
-    return Refuse(
-        WAIT_SUPERSEDED,
-        f"another job with the dedup key {dedup!r} ({other or 'unknown'}) {what} on the same"
-        " conditions; not run",
-    )
-
-
-def _gave_up(held: Held, name: str, answer: Answer, held_ms: int) -> Refuse:
-    said = f" (last: {answer.line})" if answer.line else ""
-    if held.kind == "unanswerable":
-        return Refuse(
-            WAIT_UNANSWERABLE,
-            f"the check `{name}` could not tell {held.faults} times in a row{said}; not run",
-        )
-    if held.kind == "expired-checks":
-        return Refuse(
-            WAIT_EXPIRED, f"gave up waiting on `{name}` after {held.checks} checks{said}; not run"
-        )
-    return Refuse(
-        WAIT_EXPIRED, f"gave up waiting on `{name}` after {_span(held_ms)}{said}; not run"
-    )
-
-
-def _span(ms: int) -> str:
-    """A duration for a sentence: 30d, 24h00m, 15m, 40s."""
-    if ms and ms % 86_400_000 == 0:
-        return f"{ms // 86_400_000}d"
-    hours, minutes = divmod(ms // 60_000, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m" if minutes else f"{ms // 1000}s"

@@ -16,8 +16,9 @@ from dispatch.config.settings import Settings
 from dispatch.fleet.leases import FleetLeases, LeaseSettings, holders
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Defer
-from dispatch.gates.wait import CHECK_KEY, WaitGate, WaitParts
+from dispatch.gates.wait import CHECK_KEY, WaitGate
 from dispatch.gates.wait_claims import IdentityClaims
+from dispatch.gates.wait_look import WaitParts
 from dispatch.gates.wait_profiles import Answer, Verdict
 from dispatch.model import Job, WaitFor
 from dispatch.queue.keys import lease_keys
