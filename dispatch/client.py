@@ -12,6 +12,7 @@ the queue's scripts.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import time
 from dataclasses import dataclass
 from types import TracebackType
@@ -22,7 +23,7 @@ from redis.asyncio import Redis
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings, default_host, from_env
-from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound
+from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound, RedisUnavailable
 from dispatch.model import (
     DeferRecord,
     Job,
@@ -40,6 +41,7 @@ from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.unreadable import UNREADABLE, Unreadable, detail, run_record
+from dispatch.records.wait_state import WaitState, WaitStates
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -230,6 +232,7 @@ class Client:
             q = self.queue(view.queue)
             code, token = await q.cancel(job_id, *self._cancel_record(view))
             if code == 1:
+                await self._forget_wait(view)
                 return CancelAnswer("cancelled")
             if code == 3:
                 return await self._ended(job_id, requested)
@@ -246,6 +249,15 @@ class Client:
             if answer is not None:
                 return answer
         raise Conflict(f"cancel {job_id}: the job kept changing state; nothing more was asked")
+
+    async def wait_state(self, view: JobView) -> WaitState | None:
+        """What the wait-for gate knows of the job's wait, if it has looked at one."""
+        return await WaitStates(self.redis, self.prefix).get(view.queue, view.id)
+
+    async def _forget_wait(self, view: JobView) -> None:
+        """A cancelled job's wait state goes; failing that, its TTL removes it."""
+        with contextlib.suppress(RedisUnavailable):
+            await WaitStates(self.redis, self.prefix).forget(view.queue, [view.id])
 
     def _cancel_record(self, view: JobView) -> tuple[bytes, str, bytes]:
         """The result and run record written for a job cancelled before it started."""

@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import time
+from datetime import datetime
 from typing import Literal
 
 import msgspec
@@ -76,6 +77,7 @@ class Job(
     model: str | None = None
     wait_for: list[WaitFor] = msgspec.field(default_factory=list)
     dedup: str | None = None
+    trigger: str | None = None  # the trigger that minted the job: part of its wait identity
     parent_job_id: str | None = None
     attempts: int = DEFAULT_ATTEMPTS
     timeout_ms: int = DEFAULT_TIMEOUT_MS
@@ -160,8 +162,8 @@ def _problems(job: Job) -> list[str]:
     # the common job has no size or waitFor: skip their checks without building lists
     if job.size is not None:
         problems += _size_problems(job.size)
-    if job.wait_for:
-        problems += [p for p in map(_wait_problem, job.wait_for) if p]
+    if job.wait_for or job.trigger is not None:
+        problems += _wait_problems(job)
     return problems + _text_problems(job)
 
 
@@ -213,12 +215,30 @@ def _size_problems(size: Size) -> list[str]:
     return []
 
 
+def _wait_problems(job: Job) -> list[str]:
+    problems = [p for p in map(_wait_problem, job.wait_for) if p]
+    if job.trigger is not None and not _ID.fullmatch(job.trigger):
+        problems.append("trigger must be 1-128 of A-Z a-z 0-9 . _ -")
+    return problems
+
+
 def _wait_problem(w: WaitFor) -> str:
-    return (
-        ""
-        if (w.after is None) != (w.profile is None)
-        else "each waitFor needs exactly one of after or profile"
-    )
+    if (w.after is None) == (w.profile is None):
+        return "each waitFor needs exactly one of after or profile"
+    if w.after is not None and instant_ms(w.after) is None:
+        return f"waitFor after {w.after!r} is not an ISO-8601 instant with an offset (Z, +01:00)"
+    if w.profile is not None and not _ID.fullmatch(w.profile):
+        return "a waitFor profile name is 1-128 of A-Z a-z 0-9 . _ -"
+    return ""
+
+
+def instant_ms(text: str) -> int | None:
+    """Epoch ms of an ISO-8601 instant that names its offset; None for anything else."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return None if moment.tzinfo is None else int(moment.timestamp() * 1000)
 
 
 class Result(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -59,6 +59,11 @@ HOST_BUDGET: Final = "host-budget"
 REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 ENGINE_UNAVAILABLE: Final = "engine-unavailable"
+WAIT_AFTER: Final = "wait-after"
+WAIT_SUPERSEDE: Final = "wait-supersede"
+WAIT_THROTTLED: Final = "wait-throttled"
+WAIT_HOLD: Final = "wait-hold"
+WAIT_ABORTED: Final = "wait-aborted"
 
 # -- refusals -------------------------------------------------------------------------------
 INVALID_JOB: Final = "invalid-job"
@@ -76,6 +81,13 @@ NO_COMMAND: Final = "no-command"
 COMMAND_NOT_FOUND: Final = "command-not-found"
 JOB_USER_ROOT: Final = "job-user-root"
 MOUNT_MISMATCH: Final = "mount-mismatch"
+WAIT_SUPERSEDED: Final = "wait-superseded"
+WAIT_UNREADABLE: Final = "wait-unreadable"
+WAIT_PROFILE_UNKNOWN: Final = "wait-profile-unknown"
+WAIT_AFTER_BEYOND_MAX: Final = "wait-after-beyond-max"
+WAIT_REFUSED: Final = "wait-refused"
+WAIT_UNANSWERABLE: Final = "wait-unanswerable"
+WAIT_EXPIRED: Final = "wait-expired"
 
 # -- aborts ---------------------------------------------------------------------------------
 OPERATOR_CANCEL: Final = "operator-cancel"
@@ -187,6 +199,25 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the Docker engine could not be reached, so the job never started; it waits, spending "
         "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
     ),
+    _defer(WAIT_AFTER, "wait-for", "the job waits for its `after` instant"),
+    _defer(
+        WAIT_SUPERSEDE,
+        "wait-for",
+        "another job with the same dedup key holds the wait, and whether it is still alive could "
+        "not be read; asked again soon",
+    ),
+    _defer(
+        WAIT_THROTTLED,
+        "wait-for",
+        "every wait check slot (DISPATCH_WAIT_CHECK_SLOTS, DISPATCH_WAIT_FLEET_CHECKS) was busy, "
+        "so the job's checks could not run yet",
+    ),
+    _defer(WAIT_HOLD, "wait-for", "a wait check answered not yet (or could not tell)"),
+    _defer(
+        WAIT_ABORTED,
+        "wait-for",
+        "a wait check was cut short (shutdown, cancel or a lost claim); nothing was counted",
+    ),
     _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
     _refusal(
         PROJECT_SIZE_INVALID, "size", "the memory or cpus of the job's project row is not valid"
@@ -251,6 +282,38 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),
+    _refusal(
+        WAIT_SUPERSEDED,
+        "wait-for",
+        "another job with the same dedup key already waits, or already finished waiting, on "
+        "the same conditions",
+    ),
+    _refusal(
+        WAIT_UNREADABLE,
+        "wait-for",
+        "a waitFor condition this release cannot read (written by a newer one?), or one that "
+        "cannot be asked for this job",
+    ),
+    _refusal(
+        WAIT_PROFILE_UNKNOWN, "wait-for", "a waitFor profile is not declared in wait-profiles.json"
+    ),
+    _refusal(
+        WAIT_AFTER_BEYOND_MAX,
+        "wait-for",
+        "the job's `after` instant is further out than DISPATCH_WAIT_AFTER_MAX",
+    ),
+    _refusal(WAIT_REFUSED, "wait-for", "a wait check answered that its condition will never clear"),
+    _refusal(
+        WAIT_UNANSWERABLE,
+        "wait-for",
+        "a wait check could not tell DISPATCH_WAIT_MAX_FAULTS times in a row",
+    ),
+    _refusal(
+        WAIT_EXPIRED,
+        "wait-for",
+        "the job waited DISPATCH_WAIT_MAX, or was checked DISPATCH_WAIT_MAX_CHECKS times, "
+        "without its conditions clearing",
+    ),
     _abort(OPERATOR_CANCEL, "operator", "an operator cancelled the job (dispatch cancel)"),
     _abort(
         JOB_TIMEOUT,

@@ -7,13 +7,14 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import msgspec
 from redis.exceptions import RedisError
 
-from dispatch.cli import inputs
+from dispatch.cli import inputs, waits
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
@@ -105,7 +106,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
-        views = await client.list(args.state, args.limit)
+        views = waits.by_reason(await client.list(args.state, args.limit), args.reason)
         if args.json:  # each waiting job says `paused` there; the list keeps its shape
             print(view.jobs_json(views))
             return 0
@@ -123,7 +124,13 @@ def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
         if found is None:
             raise NotFound(f"no job {args.id}")
         runs = await client.records_of(found)
-        print(view.why_json(found, runs) if args.json else view.why_text(found, runs))
+        wait = await client.wait_state(found)
+        if args.json:
+            print(waits.why_json(view.why_json(found, runs), wait))
+        else:
+            print(view.why_text(found, runs))
+            if wait is not None and found.state in ("waiting", "delayed", "active"):
+                print(waits.why_line(wait, int(time.time() * 1000), waits.local_zone()))
         return 0
 
     return _with_client(go, settings)
@@ -214,6 +221,8 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
         fields["timeoutMs"] = inputs.duration("--timeout", args.timeout)  # documents use camelCase
     if args.memory is not None or args.cpus is not None:
         fields["size"] = Size(memory=inputs.memory(args.memory), cpus=args.cpus)
+    if args.wait_for:
+        fields["waitFor"] = waits.conditions(args.wait_for, int(time.time() * 1000))
     try:
         return msgspec.convert(fields, Job)
     except msgspec.ValidationError as exc:
@@ -235,6 +244,7 @@ def _parser() -> argparse.ArgumentParser:
         "--state", choices=["waiting", "delayed", "active", "completed", "failed", "cancelled"]
     )
     jobs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=200)
+    waits.add_jobs_args(jobs)
     jobs.add_argument("--json", action="store_true")
     why = add("why", cmd_why, "tell a job's story")
     why.add_argument("id")
@@ -274,6 +284,7 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--number", type=inputs.count(1, 10**9), help="issue or pull request number")
     p.add_argument("--image")
     p.add_argument("--after", help="ISO-8601 instant or +DURATION")
+    waits.add_submit_args(p)
     p.add_argument("--attempts", type=inputs.count(1, 100), default=3)
     p.add_argument("--timeout", help="DURATION, default 30m")
     p.add_argument("--env", action="append", default=[], metavar="K=V")

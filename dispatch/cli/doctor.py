@@ -8,6 +8,7 @@
     image            the default job image is present (jobs never pull)
     config           every watched config file is valid and of this release's version
                      (missing files are fine); one line per broken or newer file
+    wait-profile     each declared wait profile's command exists and is executable
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -155,6 +156,19 @@ def config_checks(config_dir: Path) -> list[Check]:
     return [Check("config", True, f"{len(FILES)} files, {missing} missing")]
 
 
+def profile_checks(config_dir: Path) -> list[Check]:
+    """Each declared wait profile's command is there and executable (by this user)."""
+    from dispatch.config.watcher import load_once
+    from dispatch.gates.wait_profiles import command_problem
+
+    checks = []
+    for name, profile in sorted(load_once(config_dir).profiles.items()):
+        problem = command_problem(profile)
+        detail = f"{name}: {problem}" if problem else f"{name}: {profile.command[0]}"
+        checks.append(Check("wait-profile", problem is None, detail))
+    return checks
+
+
 async def run_checks(redis_url: str, docker_host: str | None, image: str | None) -> list[Check]:
     """Every check, Redis first, then Docker."""
     return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
@@ -164,6 +178,7 @@ def report(settings: Settings, out: TextIO | None = None) -> int:
     """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
     checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
     checks += config_checks(settings.config_dir)
+    checks += profile_checks(settings.config_dir)
     for check in checks:
         print(render(check), file=out or sys.stdout)
     return 1 if failed(checks) else 0

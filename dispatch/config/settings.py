@@ -84,6 +84,14 @@ class Settings:
     container_read_only: bool = True  # the opt-out is for images that write outside /tmp, HOME
     container_pids_limit: int = 512
     container_log_size: int | None = None  # per engine log file; None: the runner's default
+    # the wait-for gate (gates/wait.py); README "Waiting for a condition"
+    wait_after_max_ms: int = 30 * 86_400_000  # an `after` further out is refused
+    wait_check_slots: int = 1  # checks at once on this host (never the last job slot)
+    wait_fleet_checks: int | None = None  # checks at once fleet-wide; None: unbounded
+    wait_interval_ms: int = 60_000  # between checks of one job, before the backoff
+    wait_max_ms: int = 86_400_000  # the longest a job holds on its checks
+    wait_max_checks: int = 96
+    wait_max_faults: int = 5  # checks in a row that could not tell
 
     @property
     def queues(self) -> list[str]:
@@ -209,6 +217,13 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("container_read_only", "DISPATCH_CONTAINER_READ_ONLY", _flag),
     ("container_pids_limit", "DISPATCH_CONTAINER_PIDS_LIMIT", lambda r: _whole(r, 1, 4_194_304)),
     ("container_log_size", "DISPATCH_CONTAINER_LOG_SIZE", _log_size),
+    ("wait_after_max_ms", "DISPATCH_WAIT_AFTER_MAX", parse_duration_ms),
+    ("wait_check_slots", "DISPATCH_WAIT_CHECK_SLOTS", _positive_int),
+    ("wait_fleet_checks", "DISPATCH_WAIT_FLEET_CHECKS", _positive_int),
+    ("wait_interval_ms", "DISPATCH_WAIT_INTERVAL", parse_duration_ms),
+    ("wait_max_ms", "DISPATCH_WAIT_MAX", parse_duration_ms),
+    ("wait_max_checks", "DISPATCH_WAIT_MAX_CHECKS", _positive_int),
+    ("wait_max_faults", "DISPATCH_WAIT_MAX_FAULTS", _positive_int),
 ]
 _EMPTY_IS_A_VALUE = {"DISPATCH_CONTAINER_USER"}  # elsewhere an empty value means the default
 
@@ -237,3 +252,14 @@ def _check(s: Settings) -> None:
     # no file of a run that started during the pass is ever old enough to go
     if s.output_retention_s < 60:
         raise ConfigError("DISPATCH_OUTPUT_RETENTION must be at least 1m")
+    _check_waits(s)
+
+
+WAIT_INTERVAL_FLOOR_MS = 30_000  # a check every few seconds would be a poll, not a wait
+
+
+def _check_waits(s: Settings) -> None:
+    if s.wait_interval_ms < WAIT_INTERVAL_FLOOR_MS:
+        raise ConfigError("DISPATCH_WAIT_INTERVAL must be at least 30s")
+    if s.wait_max_ms < 1000 or s.wait_after_max_ms < 1000:
+        raise ConfigError("DISPATCH_WAIT_MAX and DISPATCH_WAIT_AFTER_MAX must be at least 1s")

@@ -30,12 +30,16 @@ from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
 from dispatch.gates.host_budget import HostBudget
 from dispatch.gates.pipeline import GateDeps, pipeline
+from dispatch.gates.wait_claims import IdentityClaims
+from dispatch.gates.wait_look import WaitParts
+from dispatch.gates.wait_profiles import ProfileRunner
 from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
+from dispatch.records.wait_state import WaitStates, wait_state_ttl_ms
 from dispatch.runners.base import Runner
 from dispatch.runners.docker.runner import DockerRunner
 from dispatch.runners.output import output_dir
@@ -150,6 +154,7 @@ async def gated_processor(
             mirror=RunMirror(redis, settings.prefix),
             clock=clock,
             docker=runner.settings if isinstance(runner, DockerRunner) else None,
+            waits=wait_parts(settings, redis),
         )
         records = RecordLog(settings.state_dir)
         try:
@@ -169,6 +174,15 @@ async def gated_processor(
             )
         finally:
             records.close()
+
+
+def wait_parts(settings: Settings, redis: Redis) -> WaitParts:
+    """The wait gate's Redis state, identity claims and profile runner."""
+    return WaitParts(
+        WaitStates(redis, settings.prefix, wait_state_ttl_ms(settings)),
+        IdentityClaims(redis, settings.prefix),
+        ProfileRunner(),
+    )
 
 
 async def follow_config(

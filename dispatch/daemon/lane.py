@@ -26,7 +26,7 @@ dropped, and its claims lapse and are swept, a stall each, so a bug that repeats
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
@@ -74,6 +74,9 @@ class Lane:
     due_at: float | None = None  # the clock's monotonic instant of the next delayed job
     claiming: int = 0  # claim calls in flight
     unsure: bool = False  # a claim call failed: its script may have run, its reply lost
+    # jobs whose wait state goes once their finish lands, and how (records/wait_state.py)
+    waited: set[str] = field(default_factory=set)
+    forget: Callable[[str, Sequence[str]], Awaitable[None]] | None = None
 
     @property
     def name(self) -> str:
@@ -230,6 +233,24 @@ class Lane:
         if refused:  # before the new claims start: one of them may be a refused job again
             await self._keep_outcomes(refused, claimed)
         self._settle(items, oks, claimed, want, sent)
+        await self._forget_waits(items, oks)
+
+    async def _forget_waits(self, items: list[Finish], oks: list[bool]) -> None:
+        """A finished job's wait state goes (its TTL is only the backstop)."""
+        if not self.waited:
+            return
+        ended = [
+            item.id
+            for item, ok in zip(items, oks, strict=True)
+            if ok and item.action == "finish" and item.id in self.waited
+        ]
+        self.waited.difference_update(item.id for item in items)
+        if not ended or self.forget is None:
+            return
+        try:
+            await self.forget(self.name, ended)
+        except Exception as exc:  # the TTL removes it later; the flush goes on
+            event("wait_state_forget_failed", queue=self.name, jobs=len(ended), error=str(exc))
 
     async def _keep_outcomes(self, refused: list[Finish], claimed: ClaimBatch | None) -> None:
         """A finish refused because its claim was swept (Redis away past the lock) still knows

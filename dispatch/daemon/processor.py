@@ -52,6 +52,7 @@ from dispatch.gates.base import (
     Settled,
     redis_fault_delay_ms,
 )
+from dispatch.gates.wait_conditions import unreadable_refusal
 from dispatch.log import event
 from dispatch.model import (
     JOB_VERSION,
@@ -132,6 +133,7 @@ class Ending:
     mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
     logged: bool = False  # the record is already in this host's run log
     cancelled: bytes = b""  # retry/defer: the result to finish with if a cancel request stands
+    waited: bool = False  # the job has waitFor: its wait state goes once the finish lands
 
 
 class Processor:
@@ -175,8 +177,14 @@ class Processor:
         try:
             job = decode_job(claim.data)
         except InvalidJob as exc:
-            return self._refuse(claim, None, Refuse(INVALID_JOB, str(exc)))
-        pickup = Pickup(claim, job, signal, self.config())
+            refusal = unreadable_refusal(claim.data) or Refuse(INVALID_JOB, str(exc))
+            return self._refuse(claim, None, refusal)
+        ending = await self._pickup(Pickup(claim, job, signal, self.config()))
+        ending.waited = bool(job.wait_for)
+        return ending
+
+    async def _pickup(self, pickup: Pickup) -> Ending:
+        claim, job = pickup.claim, pickup.job
         try:
             decision = await self._gates(pickup)
             job = pickup.job = _resolved(pickup)  # records name the project the gates found

@@ -37,6 +37,7 @@ from dispatch.queue.scripts import load_all
 from dispatch.queue.transitions import Claim, Finish, Queue
 from dispatch.reasons import LOCK_LOST, SHUTDOWN
 from dispatch.records.disk_log import RecordLog, encode
+from dispatch.records.wait_state import WaitStates
 
 __all__ = ["Running", "Timing", "Worker"]
 
@@ -85,6 +86,7 @@ class Worker:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _lane(self, queue: Queue, blocking: Redis) -> Lane:
+        states = WaitStates(self.redis, self.s.prefix)
         return Lane(
             queue,
             self.s,
@@ -95,6 +97,7 @@ class Worker:
             self.records,
             blocking,
             self._start,
+            forget=states.forget,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -272,5 +275,8 @@ class Worker:
             fleet_copy or b"",
             ending.cancelled,
         )
-        self.lanes[claim.queue].end(finish, local_copy)
+        lane = self.lanes[claim.queue]
+        if ending.waited and ending.action == "finish":
+            lane.waited.add(claim.id)
+        lane.end(finish, local_copy)
         self.capacity.give(1)

@@ -28,6 +28,8 @@ from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
+from dispatch.gates.wait import WaitGate
+from dispatch.gates.wait_look import WaitParts
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.docker.runner import DockerSettings
 
@@ -43,6 +45,7 @@ class GateDeps:
     live_hosts: LiveHosts
     mirror: RunMirror
     clock: Clock
+    waits: WaitParts
     docker: DockerSettings | None = None  # the docker runner's, for the job-user gate
 
 
@@ -54,6 +57,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         PauseGate(d.clock),
         JobUserGate(d.docker),
         SizeGate(d.settings, d.budget, d.live_hosts),
+        WaitGate(d.settings, d.slots, d.leases, d.waits, d.clock),
         HostSlotGate(d.settings, d.slots, d.budget),
         ScopeGate(d.slots, d.leases),
         OverlayGate(),

@@ -111,3 +111,18 @@ def lease_keys(name: str, prefix: str = DEFAULT_PREFIX) -> LeaseKeys:
 def leases_registry(prefix: str = DEFAULT_PREFIX) -> str:
     """SET of lease names ever acquired, so a boot sweep can find this host's stale holders."""
     return f"{prefix}:leases"
+
+
+def wait_state(queue: str, job_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING a held job's wait state (JSON, records/wait_state.py), with a backstop TTL."""
+    return f"{prefix}:wait:state:{queue}:{job_id}"
+
+
+def wait_claim(identity: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING "<queue> <job id>" of the job holding a wait identity, with a TTL."""
+    return f"{prefix}:wait:claim:{identity}"
+
+
+def wait_cleared(identity: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING the id of the job whose wait on this identity cleared, with a TTL."""
+    return f"{prefix}:wait:cleared:{identity}"

@@ -21,17 +21,19 @@ from dispatch.config.schemas import Project
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
-from dispatch.model import DeferRecord, Job, Result, RunRecord, Size, encode_job
+from dispatch.model import DeferRecord, Job, Result, RunRecord, Size, WaitFor, encode_job
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
     CANCELLED,
     DIRTY_TREE,
     INTERNAL_ERROR,
+    INVALID_JOB,
     LEASE_LOST,
     LOCK_LOST,
     OPERATOR_CANCEL,
     REDIS_UNAVAILABLE,
     SCOPE_FOLDER,
+    WAIT_UNREADABLE,
 )
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, RunResult
@@ -486,3 +488,27 @@ async def test_a_document_that_skipped_the_submit_checks_is_refused_at_pickup(
     result = msgspec.json.decode(ending.payload, type=Result)
     assert (ending.action, result.outcome, result.reason) == ("finish", "policy", "invalid-job")
     assert runner.runs == 0
+
+
+async def test_a_wait_condition_this_release_cannot_read_is_refused_wait_unreadable(
+    tmp_path: Path,
+) -> None:
+    def ending_of(document: dict):
+        raw = msgspec.json.encode(document)
+        claim = Claim("jobs", "j9", "h:1", 1, 0, 0, raw)
+        return processor(Runner(), [], tmp_path).process(claim, AbortSignal())
+
+    newer = await ending_of({"id": "j9", "waitFor": [{"until": "tomorrow"}]})
+    result = msgspec.json.decode(newer.payload, type=Result)
+    assert (result.outcome, result.reason) == ("policy", WAIT_UNREADABLE)
+    broken = await ending_of({"id": "j9", "attempts": 0, "waitFor": [{"until": "tomorrow"}]})
+    assert msgspec.json.decode(broken.payload, type=Result).reason == INVALID_JOB
+
+
+async def test_an_ending_says_whether_the_job_waited(tmp_path: Path) -> None:
+    plain = await processor(Runner(), [], tmp_path).process(
+        claim_of(Job(id="j1", command=["true"])), AbortSignal()
+    )
+    job = Job(id="j2", command=["true"], wait_for=[WaitFor(after="2000-01-01T00:00:00Z")])
+    waited = await processor(Runner(), [], tmp_path).process(claim_of(job), AbortSignal())
+    assert (plain.waited, waited.waited) == (False, True)
