@@ -111,3 +111,25 @@ def lease_keys(name: str, prefix: str = DEFAULT_PREFIX) -> LeaseKeys:
 def leases_registry(prefix: str = DEFAULT_PREFIX) -> str:
     """SET of lease names ever acquired, so a boot sweep can find this host's stale holders."""
     return f"{prefix}:leases"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetKeys:
+    """Every spend-cap key, under ONE hash tag: a reservation checks and takes every ledger and
+    window of a job in one script call (budget_*.lua headers name these fields)."""
+
+    tag: str
+    open: str  # ZSET reservation id -> 0: every unsettled reservation, read by lex range
+
+    def reservation(self, rid: str) -> str:
+        """HASH one reservation's record: counter key -> "<metric> <amount> <expire_at_ms>"."""
+        return f"{self.tag}:res:{rid}"
+
+    def counter(self, name: str) -> str:
+        """HASH `used`, `held` of one metric, ledger and window: `<metric>:<ledger>:<period>`."""
+        return f"{self.tag}:{name}"
+
+
+def budget_keys(prefix: str = DEFAULT_PREFIX) -> BudgetKeys:
+    tag = "{" + prefix + ":budget}"
+    return BudgetKeys(tag, f"{tag}:open")
