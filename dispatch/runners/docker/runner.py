@@ -89,6 +89,7 @@ from dispatch.runners.docker.labels import (
     NAME_PREFIX,
 )
 from dispatch.runners.docker.reaper import reap
+from dispatch.runners.docker.usage import with_usage
 from dispatch.runners.output import OutputFile
 
 SIGKILL_EXIT = 128 + 9
@@ -226,7 +227,8 @@ class DockerRunner(Runner):
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         try:
-            cid = await self._create(ctx, container_config(ctx, *plan, self.settings))
+            config = with_usage(container_config(ctx, *plan, self.settings), ctx)
+            cid = await self._create(ctx, config)
         except ImageMissing:  # the create never pulls: its 404 is the image check
             return RunResult(started=False, refusal=IMAGE_MISSING)
         except DockerUnavailable as exc:
