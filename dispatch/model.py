@@ -168,10 +168,10 @@ def _problems(job: Job) -> list[str]:
         problems += _size_problems(job.size)
     if job.wait_for:
         problems += [p for p in map(_wait_problem, job.wait_for) if p]
-    return problems + _cost_problems(job.max_cost_usd)
+    return problems + cost_problems(job.max_cost_usd)
 
 
-def _cost_problems(usd: float | None) -> list[str]:
+def cost_problems(usd: float | None) -> list[str]:
     # a finite amount above 0: a job that may spend nothing, or an unbounded amount, is no cap
     if usd is None or (math.isfinite(usd) and 0 < usd <= MAX_JOB_USD):
         return []

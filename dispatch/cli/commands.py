@@ -14,8 +14,10 @@ from typing import Any, NoReturn
 import msgspec
 from redis.exceptions import RedisError
 
+from dispatch.cli import budget as spend
 from dispatch.cli import views as view
 from dispatch.client import Client
+from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings, from_env, parse_duration_ms
 from dispatch.errors import ConfigError, DispatchError, InvalidJob, NotFound
 from dispatch.model import Job, Size, decode_job, new_id
@@ -166,6 +168,11 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_budget(args: argparse.Namespace, settings: Settings) -> int:
+    print(spend.report(settings, args.json, SystemClock().now_ms()))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.cli.doctor import report
 
@@ -209,6 +216,7 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
         fields["timeoutMs"] = parse_duration_ms(args.timeout)  # documents use camelCase
     if args.memory or args.cpus:
         fields["size"] = Size(memory=args.memory, cpus=args.cpus)
+    fields.update(spend.submit_fields(args))
     try:
         return msgspec.convert(fields, Job)
     except msgspec.ValidationError as exc:
@@ -277,6 +285,7 @@ def _parser() -> argparse.ArgumentParser:
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=int, default=20)
     runs.add_argument("--json", action="store_true")
+    spend.add_budget_command(add, cmd_budget)
     add("init", cmd_init, "write the config dir's missing files, empty and valid")
     add("doctor", cmd_doctor, "check Redis, scripts, Docker, images and config")
     return parser
@@ -311,5 +320,6 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory")
     p.add_argument("--cpus", type=float)
     p.add_argument("--force", action="store_true", help="run on a folder with uncommitted changes")
+    spend.add_submit_flags(p)
     p.add_argument("--json", metavar="FILE", help="a job document (JSON), or - for stdin")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
