@@ -45,7 +45,13 @@ class SpendGate:
             return ADMIT
         claim = pickup.claim
         rid = reservation_id(claim.queue, claim.id, claim.attempt, claim.token)
-        outcome = await self.ledger.reserve(rid, found, pickup.job.urgent)
+        try:
+            outcome = await self.ledger.reserve(rid, found, pickup.job.urgent)
+        except BaseException:
+            # the reply may be what was lost: give back whatever the call may have reserved
+            # (a refund of nothing changes nothing); the processor defers redis-unavailable
+            self.ledger.close_later(rid, [c.key for c in found], "refund", -1, 0)
+            raise
         if isinstance(outcome, Blocked):
             return self._blocked(outcome, config.overlay.budget_tz)
         pickup.spend = outcome

@@ -174,3 +174,20 @@ async def test_every_matching_row_must_have_room(gate, ledger) -> None:
     assert (await gate.check(pickup(rows))).reason == SCOPE_CAP
     day = window("day", NOW, zone("UTC")).period
     assert await used_held(ledger, f"runs:*:{day}") == (0, 1)  # the refusal counted nothing
+
+
+async def test_a_reserve_whose_reply_is_lost_is_given_back(gate, ledger, monkeypatch) -> None:
+    rows = [{"scope": "acme/web", "day": 5}]
+    real = ledger.reserve
+
+    async def lost_reply(*args: Any, **kwargs: Any) -> Any:
+        await real(*args, **kwargs)
+        raise TimeoutError("no reply")
+
+    monkeypatch.setattr(ledger, "reserve", lost_reply)
+    with pytest.raises(TimeoutError):
+        await gate.check(pickup(rows))
+    await ledger.drain()
+    day = window("day", NOW, zone("UTC")).period
+    assert await used_held(ledger, f"runs:repo:acme/web:{day}") == (0, 0)
+    assert await ledger.redis.zcard(ledger.keys.open) == 0
