@@ -28,5 +28,6 @@ bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.queue --json
 	.venv/bin/python -m bench.leases --json
 	.venv/bin/python -m bench.container --json
+	.venv/bin/python -m bench.budget --json
 	.venv/bin/python -m bench.soak --json
 	.venv/bin/python -m bench.git_status --json

@@ -13,6 +13,7 @@ misreading it, so a fleet can upgrade one host at a time.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import secrets
@@ -30,6 +31,7 @@ JOB_VERSION = 1
 MAX_JOB_BYTES = 64 * 1024
 DEFAULT_ATTEMPTS = 3
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000
+MAX_JOB_USD = 1_000_000
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
@@ -82,6 +84,8 @@ class Job(
     attempts: int = DEFAULT_ATTEMPTS
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     force: bool = False
+    max_cost_usd: float | None = None  # this job's dollar cap, reserved at start
+    urgent: bool = False  # may start inside a spend cap's soft-hold band
 
     def target(self) -> str:
         """What the job works on, safe to log fleet-wide: a repo ref or a folder basename."""
@@ -164,7 +168,7 @@ def _problems(job: Job) -> list[str]:
         problems += _size_problems(job.size)
     if job.wait_for or job.trigger is not None:
         problems += _wait_problems(job)
-    return problems + _text_problems(job)
+    return problems + cost_problems(job.max_cost_usd) + _text_problems(job)
 
 
 def _text_problems(job: Job) -> list[str]:
@@ -176,6 +180,13 @@ def _text_problems(job: Job) -> list[str]:
     if _has_nul(job):
         problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems
+
+
+def cost_problems(usd: float | None) -> list[str]:
+    # a finite amount above 0: a job that may spend nothing, or an unbounded amount, is no cap
+    if usd is None or (math.isfinite(usd) and 0 < usd <= MAX_JOB_USD):
+        return []
+    return [f"maxCostUsd must be above 0 and at most {MAX_JOB_USD:.0f}"]
 
 
 def _has_nul(job: Job) -> bool:
@@ -293,6 +304,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     kill: str | None = None
     claim: str = ""  # the lock token of the claim that wrote it; "" from releases before it
     degraded: tuple[str, ...] = ()  # fleet leases held without Redis's word (failed open)
+    budget_reserved: bool = False  # the run was charged to spend caps (not refunded)
+    cost_usd: float | None = None  # charged: the reported cost, else the reserved cap
+    tokens: int | None = None  # as the job reported them (input + output)
 
     @property
     def run_id(self) -> str:

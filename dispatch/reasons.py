@@ -59,6 +59,7 @@ HOST_BUDGET: Final = "host-budget"
 REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 ENGINE_UNAVAILABLE: Final = "engine-unavailable"
+SOFT_HOLD: Final = "soft-hold"
 WAIT_AFTER: Final = "wait-after"
 WAIT_SUPERSEDE: Final = "wait-supersede"
 WAIT_THROTTLED: Final = "wait-throttled"
@@ -79,6 +80,10 @@ IMAGE_MISSING: Final = "image-missing"
 FOLDER_NOT_ALLOWED: Final = "folder-not-allowed"
 NO_COMMAND: Final = "no-command"
 COMMAND_NOT_FOUND: Final = "command-not-found"
+OVER_BUDGET: Final = "over-budget"
+SCOPE_CAP: Final = "scope-cap"
+DOLLAR_CAP: Final = "dollar-cap"
+DAILY_TOKEN_CAP: Final = "daily-token-cap"
 JOB_USER_ROOT: Final = "job-user-root"
 MOUNT_MISMATCH: Final = "mount-mismatch"
 WAIT_SUPERSEDED: Final = "wait-superseded"
@@ -199,6 +204,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the Docker engine could not be reached, so the job never started; it waits, spending "
         "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
     ),
+    _defer(
+        SOFT_HOLD,
+        "spend caps",
+        "a spend cap's soft-hold band (softHoldPct) is reached; the job waits until that "
+        "window turns, unless it is urgent (submit --urgent)",
+    ),
     _defer(WAIT_AFTER, "wait-for", "the job waits for its `after` instant"),
     _defer(
         WAIT_SUPERSEDE,
@@ -282,6 +293,29 @@ ENTRIES: Final[tuple[Reason, ...]] = (
     ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),
+    _refusal(
+        OVER_BUDGET,
+        "spend caps",
+        "the fleet's run cap (the * row of scoped-limits.json) for the day, week or month is "
+        "reached; nothing was counted",
+    ),
+    _refusal(
+        SCOPE_CAP,
+        "spend caps",
+        "the run cap of the job's repo, folder, project or model for the day, week or month is "
+        "reached; nothing was counted",
+    ),
+    _refusal(
+        DOLLAR_CAP,
+        "spend caps",
+        "a dollar cap for the day, week or month has no room for the job's maxCostUsd; "
+        "nothing was counted",
+    ),
+    _refusal(
+        DAILY_TOKEN_CAP,
+        "spend caps",
+        "the day's tokens of a ledger are already at its dailyTokens cap; nothing was counted",
+    ),
     _refusal(
         WAIT_SUPERSEDED,
         "wait-for",

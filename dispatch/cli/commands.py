@@ -14,10 +14,12 @@ from typing import Any, NoReturn
 import msgspec
 from redis.exceptions import RedisError
 
+from dispatch.cli import budget as spend
 from dispatch.cli import inputs, waits
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
+from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings, from_env
 from dispatch.errors import ConfigError, Conflict, DispatchError, InvalidJob, NotFound
 from dispatch.model import Job, Size, decode_job, new_id
@@ -178,6 +180,11 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_budget(args: argparse.Namespace, settings: Settings) -> int:
+    print(spend.report(settings, args.json, SystemClock().now_ms()))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.cli.doctor import report
 
@@ -223,6 +230,7 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
         fields["size"] = Size(memory=inputs.memory(args.memory), cpus=args.cpus)
     if args.wait_for:
         fields["waitFor"] = waits.conditions(args.wait_for, int(time.time() * 1000))
+    fields.update(spend.submit_fields(args))
     try:
         return msgspec.convert(fields, Job)
     except msgspec.ValidationError as exc:
@@ -259,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")
+    spend.add_budget_command(add, cmd_budget)
     add("init", cmd_init, "write the config dir's missing files, empty and valid")
     add("doctor", cmd_doctor, "check Redis, scripts, Docker, images and config")
     return parser
@@ -294,5 +303,6 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory")
     p.add_argument("--cpus", type=inputs.cpus)
     p.add_argument("--force", action="store_true", help="run on a folder with uncommitted changes")
+    spend.add_submit_flags(p)
     p.add_argument("--json", metavar="FILE", help="a job document (JSON), or - for stdin")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

@@ -9,6 +9,8 @@
     config           every watched config file is valid and of this release's version
                      (missing files are fine); one line per broken or newer file
     wait-profile     each declared wait profile's command exists and is executable
+    spend-caps       warnings only: a scoped-limits row no job can match, a dollar window
+                     smaller than the default per-job cap, dollar caps without maxCostUsd
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -26,6 +28,7 @@ from typing import Any, TextIO
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from dispatch.cli.budget import doctor_warnings
 from dispatch.config.schemas import FILES
 from dispatch.config.settings import Settings
 from dispatch.errors import ConfigError
@@ -153,7 +156,8 @@ def config_checks(config_dir: Path) -> list[Check]:
     if checks:
         return checks
     missing = sum(not (config_dir / name).exists() for name in FILES)
-    return [Check("config", True, f"{len(FILES)} files, {missing} missing")]
+    found = [Check("config", True, f"{len(FILES)} files, {missing} missing")]
+    return found + [Check("spend-caps", True, w, warn=True) for w in doctor_warnings(snapshot)]
 
 
 def profile_checks(config_dir: Path) -> list[Check]:

@@ -32,13 +32,20 @@ class Project(_Row):
 
 
 class ScopedLimit(_Row):
-    """Limits for one scope: a repo "owner/name" or an absolute folder."""
+    """Limits for one scope (grammar in `config/limits.py`): `*`, a repo "owner/name", an
+    absolute folder, `project:<id>` or `model:<name>`. `concurrent` is the scope gate's; the
+    rest are spend caps (`dispatch/budget/`): runs, dollars and tokens per window."""
 
     scope: str
     concurrent: int | None = None
-    day: int | None = None  # run caps: read by the spend-cap gate (a later issue)
+    day: int | None = None  # runs per day, ISO week, month (in settings' budgetTz)
     week: int | None = None
     month: int | None = None
+    day_usd: float | None = None
+    week_usd: float | None = None
+    month_usd: float | None = None
+    daily_tokens: int | None = None
+    soft_hold_pct: float | None = None  # else settings' softHoldPct
 
 
 class PauseWindow(_Row):
@@ -72,6 +79,9 @@ class Overlay(_Row):
     model: str | None = None
     job_memory: str | None = None
     job_cpus: float | None = None
+    max_cost_usd: float | None = None  # a job's dollar cap when it names none
+    budget_tz: str = "UTC"  # where spend windows turn (day, ISO week, month)
+    soft_hold_pct: float | None = None  # the soft-hold band of every cap, percent
 
 
 class WaitProfile(_Row):

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.config.limits import limit_problems, overlay_problems
 from dispatch.config.schemas import (
     CONFIG_VERSION,
     FILES,
@@ -141,10 +142,6 @@ def _no_problems(content: Any) -> list[str]:
     return []
 
 
-def _is_scope(text: str) -> bool:
-    return _is_repo(text) or _is_folder(text)
-
-
 def _is_repo(text: str) -> bool:
     return bool(_REPO.fullmatch(text))
 
@@ -197,15 +194,7 @@ def _check_projects(content: ProjectsFile) -> list[str]:
 
 
 def _check_limits(content: ScopedLimitsFile) -> list[str]:
-    problems = []
-    for i, limit in enumerate(content.limits):
-        at = f"limits[{i}]"
-        if not _is_scope(limit.scope):
-            problems.append(f"{at}: scope {limit.scope!r} is not owner/name or an absolute folder")
-        numbers = {"concurrent": limit.concurrent, "day": limit.day}
-        numbers |= {"week": limit.week, "month": limit.month}
-        problems += [f"{at}: {k} must be 0 or more" for k, v in numbers.items() if (v or 0) < 0]
-    return problems
+    return limit_problems(content.limits)
 
 
 def _check_endpoints(content: EndpointsFile) -> list[str]:
@@ -246,8 +235,10 @@ def _check_profiles(content: WaitProfilesFile) -> list[str]:
 
 def _check_settings(content: SettingsFile) -> list[str]:
     overlay = content.settings
-    return _memory_problem("settings", overlay.job_memory) + _cpus_problem(
-        "settings", overlay.job_cpus
+    return (
+        _memory_problem("settings", overlay.job_memory)
+        + _cpus_problem("settings", overlay.job_cpus)
+        + overlay_problems(overlay)
     )
 
 

@@ -17,6 +17,8 @@ import uvloop
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from dispatch.budget.ledger import SpendLedger
+from dispatch.budget.usage import usage_root
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
@@ -144,6 +146,7 @@ async def gated_processor(
     """The processor with every gate, sharing one set of slots, one budget and the leases."""
     clock = SystemClock()
     lease_settings = LeaseSettings(prefix=settings.prefix, ttl_s=settings.lease_ttl_s)
+    spend = SpendLedger(redis, settings.prefix)
     async with FleetLeases(redis, lease_settings, host=settings.host, clock=clock) as leases:
         deps = GateDeps(
             settings=settings,
@@ -155,6 +158,7 @@ async def gated_processor(
             clock=clock,
             docker=runner.settings if isinstance(runner, DockerRunner) else None,
             waits=wait_parts(settings, redis),
+            spend=spend,
         )
         records = RecordLog(settings.state_dir)
         try:
@@ -163,6 +167,7 @@ async def gated_processor(
                     host=settings.host,
                     output_dir=output_dir(settings.state_dir),
                     stop_grace_s=settings.stop_grace_s,
+                    usage_dir=usage_root(settings.state_dir),
                 ),
                 runner,
                 pipeline(deps),
@@ -174,6 +179,7 @@ async def gated_processor(
             )
         finally:
             records.close()
+            await spend.drain()  # settles still on their way; the sweep takes the rest
 
 
 def wait_parts(settings: Settings, redis: Redis) -> WaitParts:

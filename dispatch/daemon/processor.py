@@ -36,6 +36,8 @@ from typing import Any
 import msgspec
 from redis.exceptions import RedisError
 
+from dispatch.budget import usage
+from dispatch.budget.charge import Charge, charge
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon.engine_wait import EngineWait
@@ -91,7 +93,14 @@ from dispatch.reasons import (
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.disk_log import encode as encode_record
 from dispatch.records.mirror import RunMirror
-from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
+from dispatch.runners.base import (
+    USAGE_FILE,
+    AbortSignal,
+    RunContext,
+    Runner,
+    RunResult,
+    classify,
+)
 from dispatch.runners.output import output_name
 
 SHUTDOWN_DELAY_MS = 1_000
@@ -120,6 +129,7 @@ class ProcessorSettings:
 
     retry_base_ms: int = 5_000
     retry_max_ms: int = 10 * 60_000
+    usage_dir: Path | None = None  # where each run gets a dir for its usage report
 
 
 @dataclass
@@ -235,6 +245,7 @@ class Processor:
         if signal.reason == OPERATOR_CANCEL:  # cancelled in the gates: it never starts
             event("job_cancelled_before_start", job=claim.id)
             return Ending("finish", self._cancel_result())
+        ctx.usage_dir = await self._usage_dir(claim)
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
@@ -242,10 +253,13 @@ class Processor:
             result = await self._watch(ctx)
         finally:
             timer.cancel()
+        charged = await self._charge(pickup, ctx, result)
         held = await self._engine_hold(claim, result, signal.reason)
         if held is not None:
             return self._defer(claim, held, job)  # no record: nothing ran
         ending = self._ending(claim, job, result, signal.reason)
+        if ending.record is not None:
+            ending.record = charged.on(ending.record)
         degraded = pickup.degraded()
         if ending.record is not None and degraded:  # the fleet bound was not checked: say so
             ending.record = msgspec.structs.replace(ending.record, degraded=degraded)
@@ -254,6 +268,20 @@ class Processor:
         if ending.action != "defer" and ending.record is not None and result.started:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
+
+    async def _usage_dir(self, claim: Claim) -> Path | None:
+        if self.s.usage_dir is None:
+            return None
+        name = output_name(claim.id, claim.attempt, claim.token).removesuffix(".log")
+        return await asyncio.to_thread(usage.prepare, self.s.usage_dir, name)
+
+    async def _charge(self, pickup: Pickup, ctx: RunContext, result: RunResult) -> Charge:
+        """Read the run's usage report and settle (or refund) its spend reservation, in the
+        background: a Redis fault there never holds up or fails the job's end."""
+        report = await asyncio.to_thread(
+            usage.read_and_remove, ctx.usage_dir, USAGE_FILE, ctx.job.id
+        )
+        return charge(pickup.spend, report, result.started, result.exit_code)
 
     def _log_local(self, record: RunRecord) -> bool:
         """On this host's disk first: should the daemon die before Redis has the record, its

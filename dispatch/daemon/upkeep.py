@@ -3,6 +3,8 @@
 sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline passed go
            back to wait (or fail `stalled` past `DISPATCH_MAX_STALLS`); whoever sweeps
            first does it, so a dead host's jobs come back within lock + one sweep period;
+           then the spend reservations of claims gone on two sweeps in a row are settled
+           at their reserved amount (runs lost with their daemon; dispatch/budget/ledger.py);
 heartbeat  this host's alive key (with its running count), which other hosts count and
            `dispatch cancel` asks before it waits for an acknowledgement;
 output     at start and then hourly: captured output files last written longer than
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
 
+from dispatch.budget.ledger import SpendLedger
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.log import event
@@ -48,6 +51,7 @@ class Upkeep:
         self.clock = clock
         self.running = running
         self.claims = claims  # what this process holds now: their runs' output stays
+        self.spend = SpendLedger(redis, settings.prefix)
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -62,7 +66,16 @@ class Upkeep:
         requeued, failed = await queue.sweep(self.s.max_stalls, encoder.encode(result))
         if requeued or failed:
             event("stalled_jobs_swept", queue=queue.name, requeued=requeued, failed=failed)
+        await self._settle_lost(queue)
         return requeued
+
+    async def _settle_lost(self, queue: Queue) -> None:
+        """Spend reservations whose runs were lost with their daemons are settled at their
+        reserved amount (`SpendLedger.settle_lost`); a fault here must not hide the sweep."""
+        try:
+            await self.spend.settle_lost(queue.name, queue.keys.lock)
+        except Exception as exc:
+            event("budget_lost_settle_failed", queue=queue.name, error=str(exc))
 
     async def beat(self, period_s: float) -> None:
         alive = keys.host_alive(self.s.host, self.s.prefix)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dispatch.budget.ledger import Reservation
 from dispatch.config.schemas import ConfigSnapshot, Project
 from dispatch.fleet.leases import Lease
 from dispatch.log import event
@@ -92,6 +93,7 @@ class Pickup:
     model: str | None = None
     holds: list[tuple[str, Release]] = field(default_factory=list)
     leases: list[Lease] = field(default_factory=list)  # the fleet leases among the holds
+    spend: Reservation | None = None  # the spend-cap gate's, settled after the run
 
     def degraded(self) -> tuple[str, ...]:
         """The fleet leases this pickup holds that Redis never confirmed (failed open)."""

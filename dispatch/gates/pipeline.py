@@ -1,15 +1,18 @@
 """The admission gates in the order a pickup passes them (README: "Why is my job waiting?").
 
-The dirty-tree check comes last, after the scope gate holds the folder: only then does a dirty
+The dirty-tree check comes after the scope gate holds the folder: only then does a dirty
 tree mean the operator's own edits rather than a job of ours still at work in it (which would
 have been deferred `scope-folder` instead). The job-user gate comes before any gate that
-takes a hold: a folder owned by root is refused without a slot or a lease taken first.
+takes a hold: a folder owned by root is refused without a slot or a lease taken first. The
+spend caps come last of all, right before the run: nothing is reserved for a job an earlier
+gate would defer or refuse.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dispatch.budget.ledger import SpendLedger
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.fleet.hosts import LiveHosts
@@ -28,6 +31,7 @@ from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
+from dispatch.gates.spend import SpendGate
 from dispatch.gates.wait import WaitGate
 from dispatch.gates.wait_look import WaitParts
 from dispatch.records.mirror import RunMirror
@@ -47,6 +51,7 @@ class GateDeps:
     clock: Clock
     waits: WaitParts
     docker: DockerSettings | None = None  # the docker runner's, for the job-user gate
+    spend: SpendLedger | None = None  # None: no spend caps (tests of the other gates)
 
 
 def pipeline(d: GateDeps) -> list[Gate]:
@@ -64,4 +69,5 @@ def pipeline(d: GateDeps) -> list[Gate]:
         EndpointGate(d.slots, d.leases),
         HostBudgetGate(d.budget),
         DirtyTreeGate(roots=d.settings.allowed_roots),
+        *([SpendGate(d.spend, d.clock)] if d.spend is not None else []),
     ]

@@ -126,3 +126,25 @@ def wait_claim(identity: str, prefix: str = DEFAULT_PREFIX) -> str:
 def wait_cleared(identity: str, prefix: str = DEFAULT_PREFIX) -> str:
     """STRING the id of the job whose wait on this identity cleared, with a TTL."""
     return f"{prefix}:wait:cleared:{identity}"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetKeys:
+    """Every spend-cap key, under ONE hash tag: a reservation checks and takes every ledger and
+    window of a job in one script call (budget_*.lua headers name these fields)."""
+
+    tag: str
+    open: str  # ZSET reservation id -> 0: every unsettled reservation, read by lex range
+
+    def reservation(self, rid: str) -> str:
+        """HASH one reservation's record: counter key -> "<metric> <amount> <expire_at_ms>"."""
+        return f"{self.tag}:res:{rid}"
+
+    def counter(self, name: str) -> str:
+        """HASH `used`, `held` of one metric, ledger and window: `<metric>:<ledger>:<period>`."""
+        return f"{self.tag}:{name}"
+
+
+def budget_keys(prefix: str = DEFAULT_PREFIX) -> BudgetKeys:
+    tag = "{" + prefix + ":budget}"
+    return BudgetKeys(tag, f"{tag}:open")

@@ -46,6 +46,8 @@ from dispatch.reasons import (
 )
 
 OUTPUT_CAP_BYTES = 8 * 1024 * 1024
+USAGE_ENV = "DISPATCH_USAGE"  # names the file a job reports its spend in (dispatch/budget)
+USAGE_FILE = "usage.json"
 TRUNCATION_MARK = b"\n[dispatch: output truncated]\n"
 
 
@@ -101,6 +103,11 @@ class RunContext:
     grace_s: float = 10.0
     output_cap: int = OUTPUT_CAP_BYTES
     signal: AbortSignal = field(default_factory=AbortSignal)
+    usage_dir: Path | None = None  # this run's own writable dir for its usage report
+
+    @property
+    def usage_file(self) -> Path | None:
+        return None if self.usage_dir is None else self.usage_dir / USAGE_FILE
 
     @property
     def aborted(self) -> asyncio.Event:

@@ -26,7 +26,14 @@ from dispatch.reasons import (
     STOP_TIMEOUT,
     killed_by,
 )
-from dispatch.runners.base import IsLive, RunContext, Runner, RunResult, within_grace
+from dispatch.runners.base import (
+    USAGE_ENV,
+    IsLive,
+    RunContext,
+    Runner,
+    RunResult,
+    within_grace,
+)
 from dispatch.runners.output import OutputFile
 
 _PR_SET_PDEATHSIG = 1
@@ -60,7 +67,7 @@ class ProcessRunner(Runner):
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**self.base_env, **job.env},
+                env={**self.base_env, **job.env, **_usage_env(ctx)},
                 cwd=job.folder if job.kind == "local" else None,
                 start_new_session=True,
                 preexec_fn=partial(_die_with_parent, os.getpid()),
@@ -112,6 +119,11 @@ async def _wait_or_abort(
     _signal_group(proc.pid, signal.SIGKILL)
     await waiter
     return STOP_TIMEOUT, True
+
+
+def _usage_env(ctx: RunContext) -> dict[str, str]:
+    """Where the job may report its spend; the job's own env cannot move it."""
+    return {} if ctx.usage_file is None else {USAGE_ENV: str(ctx.usage_file)}
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -185,7 +185,11 @@ def test_every_key_argument_is_a_keys_entry(lua: Path) -> None:
 
 def keys_for(lua: Path) -> list[str]:
     """The keys dispatch.queue.keys gives this script, looked up by the names in its header."""
-    families = {"lease": keyspace.lease_keys("gpu"), "host": keyspace.host_keys("h1")}
+    families = {
+        "lease": keyspace.lease_keys("gpu"),
+        "host": keyspace.host_keys("h1"),
+        "budget": keyspace.budget_keys(),
+    }
     family: object = families.get(lua.stem.split("_")[0], keyspace.queue_keys("jobs"))
     resolved = []
     for n, name in sorted(declared_names(lua.read_text(), "KEYS").items()):

@@ -99,6 +99,7 @@ from dispatch.runners.docker.labels import (
 )
 from dispatch.runners.docker.mounts import bind_mount, mismatch
 from dispatch.runners.docker.reaper import reap
+from dispatch.runners.docker.usage import with_usage
 from dispatch.runners.docker.user import HOME_DIR, TMPFS_OPTIONS, home_tmpfs, job_user
 from dispatch.runners.output import OutputFile
 
@@ -281,7 +282,7 @@ class DockerRunner(Runner):
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         try:
-            config = container_config(ctx, plan, self.settings)
+            config = with_usage(container_config(ctx, plan, self.settings), ctx)
         except (ValueError, OverflowError):  # a size outside the grammar or its bounds
             config = {}
         if not limited(config.get("HostConfig", {})):  # the last line of defence
