@@ -22,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from dispatch.config.units import check_cpus, parse_memory
+from dispatch.egress.rules import parse_rule
 from dispatch.errors import InvalidJob
 from dispatch.reasons import Outcome
 
@@ -80,6 +81,7 @@ class Job(
     attempts: int = DEFAULT_ATTEMPTS
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     force: bool = False
+    egress: list[str] = msgspec.field(default_factory=list)  # narrows the allow-list, never widens
 
     def target(self) -> str:
         """What the job works on, safe to log fleet-wide: a repo ref or a folder basename."""
@@ -162,7 +164,21 @@ def _problems(job: Job) -> list[str]:
         problems += _size_problems(job.size)
     if job.wait_for:
         problems += [p for p in map(_wait_problem, job.wait_for) if p]
+    if job.egress:
+        problems += _egress_problems(job.egress)
     return problems + _text_problems(job)
+
+
+def _egress_problems(hosts: list[str]) -> list[str]:
+    problems = []
+    for text in hosts[:101]:
+        try:
+            parse_rule(text)
+        except ValueError as exc:
+            problems.append(f"egress: {exc}")
+    if len(hosts) > 100:
+        problems.append("egress: at most 100 hosts")
+    return problems
 
 
 def _text_problems(job: Job) -> list[str]:

@@ -59,6 +59,7 @@ HOST_BUDGET: Final = "host-budget"
 REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 ENGINE_UNAVAILABLE: Final = "engine-unavailable"
+EGRESS_UNAVAILABLE: Final = "egress-unavailable"
 
 # -- refusals -------------------------------------------------------------------------------
 INVALID_JOB: Final = "invalid-job"
@@ -186,6 +187,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "processor",
         "the Docker engine could not be reached, so the job never started; it waits, spending "
         "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
+    ),
+    _defer(
+        EGRESS_UNAVAILABLE,
+        "egress",
+        "the job network, its firewall rules or the egress proxy is not in place on this host, "
+        "and a job never runs unprotected; it waits, spending no attempt (dispatch doctor says "
+        "what is missing)",
     ),
     _refusal(INVALID_JOB, "processor", "the job document in Redis is not a valid job"),
     _refusal(

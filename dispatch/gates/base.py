@@ -29,6 +29,7 @@ HOST_SLOT_DELAY_MS = 3_000
 HOST_BUDGET_DELAY_MS = 30_000
 NEVER_FITS_DELAY_MS = 60_000
 NEWER_RELEASE_DELAY_MS = 10 * 60_000
+EGRESS_DELAY_MS = 4_000  # the egress guard looks again every 5 s
 ENGINE_DELAY_MS = 2_000  # the first re-check of a job held engine-unavailable (it backs off)
 # A Redis fault in a gate: 2 s, doubling with each faulted pickup in a row, at most 16 s (none of
 # 2, 4, 8, 16 is another reason's delay). Short: Redis is usually back within seconds.

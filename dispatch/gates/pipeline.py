@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
+from dispatch.egress.guard import EgressGuard
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Gate
 from dispatch.gates.dirty import DirtyTreeGate
+from dispatch.gates.egress import EgressGate
 from dispatch.gates.endpoints import EndpointGate
 from dispatch.gates.head import HeadGate
 from dispatch.gates.host_budget import HostBudget, HostBudgetGate
@@ -44,6 +46,7 @@ class GateDeps:
     mirror: RunMirror
     clock: Clock
     docker: DockerSettings | None = None  # the docker runner's, for the job-user gate
+    egress: EgressGuard | None = None  # only when jobs run on dispatch's own network
 
 
 def pipeline(d: GateDeps) -> list[Gate]:
@@ -57,6 +60,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         HostSlotGate(d.settings, d.slots, d.budget),
         ScopeGate(d.slots, d.leases),
         OverlayGate(),
+        EgressGate(d.egress),
         EndpointGate(d.slots, d.leases),
         HostBudgetGate(d.budget),
         DirtyTreeGate(roots=d.settings.allowed_roots),
