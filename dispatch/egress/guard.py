@@ -24,7 +24,8 @@ from dispatch.config.schemas import ConfigSnapshot
 from dispatch.egress import firewall
 from dispatch.egress.errors import EgressDown
 from dispatch.egress.network import JobNetwork, ensure
-from dispatch.egress.proxy import EgressProxy, Grant, Limits
+from dispatch.egress.proxy import EgressProxy, Grant
+from dispatch.egress.relay import Limits
 from dispatch.egress.rules import Rule, endpoint_rule, parse_rule
 from dispatch.log import event
 from dispatch.runners.docker.client import DockerClient

@@ -13,7 +13,7 @@ unspecified address (a name below an allowed domain could point there).
 
 Bounded: at most `max_per_job` connections per job and `max_total` overall, the request head
 at most `max_head` bytes read within `head_timeout_s`, and a tunnel idle (no byte either way)
-for `idle_timeout_s` is closed. The allow-list library h11 (httpx's own parser) reads the heads.
+for `idle_timeout_s` is closed (relay.py). h11, the parser under httpx, reads the heads.
 """
 
 from __future__ import annotations
@@ -31,21 +31,9 @@ from dataclasses import dataclass, field
 
 import h11
 
+from dispatch.egress.relay import Limits, forward, tunnel
 from dispatch.egress.rules import Rule, allows, normal_host, parse_port
 from dispatch.log import event
-
-_HOP = {b"connection", b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te"}
-_HOP |= {b"trailer", b"upgrade", b"host"}
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_per_job: int = 64
-    max_total: int = 1024
-    max_head: int = 16 * 1024
-    head_timeout_s: float = 10.0
-    connect_timeout_s: float = 15.0
-    idle_timeout_s: float = 300.0
 
 
 @dataclass
@@ -106,9 +94,9 @@ class EgressProxy:
             request = await asyncio.wait_for(_head(conn, reader), self.limits.head_timeout_s)
             await self._serve(conn, request, reader, writer)
         except Refused as exc:
-            _answer(conn, writer, exc.status, exc.text, exc.headers)
+            _answer(writer, exc.status, exc.text, exc.headers)
         except (h11.RemoteProtocolError, TimeoutError):
-            _answer(conn, writer, 400, "bad request")
+            _answer(writer, 400, "bad request")
         except (OSError, h11.LocalProtocolError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -136,9 +124,9 @@ class EgressProxy:
                 raise Refused(403, "not on this job's egress allow-list")
             upstream = await self._dial(grant, host, port, rule)
             if request.method == b"CONNECT":
-                await _tunnel(conn, reader, writer, upstream, self.limits.idle_timeout_s)
+                await tunnel(conn, reader, writer, upstream, self.limits.idle_timeout_s)
             else:
-                await _forward(conn, request, target, host, reader, writer, upstream, self.limits)
+                await forward(conn, request, target, (reader, writer), upstream, self.limits)
         finally:
             grant.open -= 1
 
@@ -227,7 +215,6 @@ def _inward(address: str) -> bool:
 
 
 def _answer(
-    conn: h11.Connection,
     writer: asyncio.StreamWriter,
     status: int,
     text: str,
@@ -242,90 +229,3 @@ def _answer(
     head += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
     with contextlib.suppress(OSError):
         writer.write("\r\n".join(head).encode() + body)
-
-
-async def _tunnel(
-    conn: h11.Connection,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    idle_s: float,
-) -> None:
-    established = h11.Response(status_code=200, headers=[], reason=b"Connection established")
-    writer.write(conn.send(established) or b"")
-    up_reader, up_writer = upstream
-    if conn.trailing_data[0]:
-        up_writer.write(conn.trailing_data[0])
-    await _relay(reader, writer, up_reader, up_writer, idle_s)
-
-
-async def _forward(
-    conn: h11.Connection,
-    request: h11.Request,
-    target: bytes,
-    host: str,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    limits: Limits,
-) -> None:
-    """One request out (re-framed by h11), the answer back as it comes until upstream closes."""
-    up_reader, up_writer = upstream
-    out = h11.Connection(h11.CLIENT)
-    headers = [(k, v) for k, v in request.headers if k not in _HOP]
-    headers += [(b"host", _host_header(request, host)), (b"connection", b"close")]
-    up_writer.write(out.send(h11.Request(method=request.method, target=target, headers=headers)))
-    while True:
-        got = conn.next_event()
-        if got is h11.NEED_DATA:
-            conn.receive_data(await asyncio.wait_for(reader.read(65536), limits.idle_timeout_s))
-            continue
-        if isinstance(got, h11.Data | h11.EndOfMessage):
-            up_writer.write(out.send(got) or b"")
-        if not isinstance(got, h11.Data):
-            break
-    await _relay(reader, writer, up_reader, up_writer, limits.idle_timeout_s, one_way=True)
-
-
-def _host_header(request: h11.Request, host: str) -> bytes:
-    authority = request.target[7:].split(b"/", 1)[0].rpartition(b"@")[2]
-    return authority or host.encode()
-
-
-async def _relay(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-    idle_s: float,
-    *,
-    one_way: bool = False,
-) -> None:
-    """Copy both ways (only upstream to job when `one_way`) until both ends are done, or no
-    byte went either way for `idle_s`."""
-    moved = [True]
-    pipes = [asyncio.ensure_future(_pipe(up_reader, writer, moved))]
-    if not one_way:
-        pipes.append(asyncio.ensure_future(_pipe(reader, up_writer, moved)))
-    try:
-        while pending := [p for p in pipes if not p.done()]:
-            await asyncio.wait(pending, timeout=idle_s)
-            if not moved[0]:
-                break
-            moved[0] = False
-    finally:
-        for pipe in pipes:
-            pipe.cancel()
-        await asyncio.gather(*pipes, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            up_writer.close()
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, moved: list[bool]) -> None:
-    with contextlib.suppress(OSError):
-        while data := await src.read(65536):
-            moved[0] = True
-            dst.write(data)
-            await dst.drain()
-        if dst.can_write_eof():
-            dst.write_eof()

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dispatch.egress.proxy import EgressProxy, Grant, Limits
+from dispatch.egress.proxy import EgressProxy, Grant
+from dispatch.egress.relay import Limits
 from dispatch.egress.rules import parse_rule
 
 pytestmark = pytest.mark.anyio
