@@ -24,6 +24,7 @@ from typing import Literal
 import msgspec
 
 from dispatch.config.units import check_cpus, parse_memory
+from dispatch.egress.rules import parse_rule
 from dispatch.errors import InvalidJob
 from dispatch.reasons import Outcome
 
@@ -86,6 +87,7 @@ class Job(
     force: bool = False
     max_cost_usd: float | None = None  # this job's dollar cap, reserved at start
     urgent: bool = False  # may start inside a spend cap's soft-hold band
+    egress: list[str] = msgspec.field(default_factory=list)  # narrows the allow-list, never widens
 
     def target(self) -> str:
         """What the job works on, safe to log fleet-wide: a repo ref or a folder basename."""
@@ -168,7 +170,21 @@ def _problems(job: Job) -> list[str]:
         problems += _size_problems(job.size)
     if job.wait_for or job.trigger is not None:
         problems += _wait_problems(job)
+    if job.egress:
+        problems += _egress_problems(job.egress)
     return problems + cost_problems(job.max_cost_usd) + _text_problems(job)
+
+
+def _egress_problems(hosts: list[str]) -> list[str]:
+    problems = []
+    for text in hosts[:101]:
+        try:
+            parse_rule(text)
+        except ValueError as exc:
+            problems.append(f"egress: {exc}")
+    if len(hosts) > 100:
+        problems.append("egress: at most 100 hosts")
+    return problems
 
 
 def _text_problems(job: Job) -> list[str]:

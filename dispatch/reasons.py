@@ -59,6 +59,7 @@ HOST_BUDGET: Final = "host-budget"
 REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 ENGINE_UNAVAILABLE: Final = "engine-unavailable"
+EGRESS_UNAVAILABLE: Final = "egress-unavailable"
 SOFT_HOLD: Final = "soft-hold"
 WAIT_AFTER: Final = "wait-after"
 WAIT_SUPERSEDE: Final = "wait-supersede"
@@ -203,6 +204,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "processor",
         "the Docker engine could not be reached, so the job never started; it waits, spending "
         "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
+    ),
+    _defer(
+        EGRESS_UNAVAILABLE,
+        "egress",
+        "the job network, its firewall rules or the egress proxy is not in place on this host, "
+        "and a job never runs unprotected; it waits, spending no attempt (dispatch doctor says "
+        "what is missing)",
     ),
     _defer(
         SOFT_HOLD,

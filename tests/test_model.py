@@ -187,3 +187,12 @@ def test_records_from_before_sentences_decode_and_an_empty_one_is_not_written() 
     old_result = b'{"state":"failed","outcome":"policy","reason":"r"}'
     result = msgspec.json.decode(old_result, type=Result)
     assert result.sentence == "" and encoder.encode(result) == old_result
+
+
+def test_a_job_s_egress_hosts_follow_the_allow_list_grammar() -> None:
+    job = Job(id="j1", egress=["api.example.com", "*.example.org:8443"])
+    assert decode_job(encode_job(job)) == job
+    with pytest.raises(InvalidJob, match="egress"):
+        decode_job(encode_job(Job(id="j1", egress=["not a host"])))
+    with pytest.raises(InvalidJob, match="at most 100"):
+        decode_job(encode_job(Job(id="j1", egress=[f"h{i}.example.com" for i in range(101)])))

@@ -207,6 +207,7 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
         "env": inputs.env_pairs(args.env),
         "attempts": args.attempts,
         "force": args.force,
+        "egress": args.egress,
     }
     if args.folder:  # a folder lives on this machine: its jobs go to this host's own queue
         fields.update(
@@ -302,6 +303,13 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parent", help="the job that chained this one (waits for its folder)")
     p.add_argument("--memory")
     p.add_argument("--cpus", type=inputs.cpus)
+    p.add_argument(
+        "--egress",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="only this host[:port] of the egress allow-list (repeat for more); never widens it",
+    )
     p.add_argument("--force", action="store_true", help="run on a folder with uncommitted changes")
     spend.add_submit_flags(p)
     p.add_argument("--json", metavar="FILE", help="a job document (JSON), or - for stdin")

@@ -11,6 +11,8 @@
     wait-profile     each declared wait profile's command exists and is executable
     spend-caps       warnings only: a scoped-limits row no job can match, a dollar window
                      smaller than the default per-job cap, dollar caps without maxCostUsd
+    job-network ...  the job network, its proxy and firewall, Redis out of a job's reach
+                     (doctor_egress.py)
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -180,9 +182,13 @@ async def run_checks(redis_url: str, docker_host: str | None, image: str | None)
 
 def report(settings: Settings, out: TextIO | None = None) -> int:
     """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
+    from dispatch.cli.doctor_egress import egress_checks  # it builds on Check, defined here
+
     checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
     checks += config_checks(settings.config_dir)
     checks += profile_checks(settings.config_dir)
+    if not failed(checks):  # a throwaway container needs the engine and the image
+        checks += asyncio.run(egress_checks(settings))
     for check in checks:
         print(render(check), file=out or sys.stdout)
     return 1 if failed(checks) else 0

@@ -95,6 +95,13 @@ class Trigger(_Row):
     job: dict[str, object] = msgspec.field(default_factory=dict)
 
 
+class EgressFile(_Row):
+    """Hosts jobs may reach through the egress proxy (grammar: dispatch.egress.rules)."""
+
+    version: int
+    hosts: list[str] = msgspec.field(default_factory=list)
+
+
 class ProjectsFile(_Row):
     version: int
     projects: list[Project] = msgspec.field(default_factory=list)
@@ -139,6 +146,7 @@ FILES: dict[str, type[_Row]] = {
     "model-endpoints.json": EndpointsFile,
     "wait-profiles.json": WaitProfilesFile,
     "triggers.json": TriggersFile,
+    "egress.json": EgressFile,
 }
 
 
@@ -152,6 +160,7 @@ class ConfigSnapshot:
     endpoints: tuple[Endpoint, ...] = ()
     overlay: Overlay = field(default_factory=Overlay)
     profiles: dict[str, WaitProfile] = field(default_factory=dict)
+    egress: tuple[str, ...] = ()  # egress.json's hosts, checked against the rule grammar
     overlay_error: str | None = None  # settings.json broken: jobs are refused, not misrun
     newer: tuple[str, ...] = ()  # files written by a newer version: they hold work
     errors: dict[str, str] = field(default_factory=dict)  # file -> why its last copy is kept

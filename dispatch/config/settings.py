@@ -80,7 +80,9 @@ class Settings:
     # the docker runner's own (dispatch.runners.docker.runner.DockerSettings reads them here)
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
     container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
-    container_network: str | None = None  # None = the engine's default bridge
+    container_network: str | None = None  # None = job_network, behind the egress proxy
+    job_network: str = "dispatch-jobs"  # the internal network dispatch creates and owns
+    egress_port: int = 3128  # the proxy's port on the job network's gateway; 0 = any free one
     container_read_only: bool = True  # the opt-out is for images that write outside /tmp, HOME
     container_pids_limit: int = 512
     container_log_size: int | None = None  # per engine log file; None: the runner's default
@@ -92,6 +94,13 @@ class Settings:
     wait_max_ms: int = 86_400_000  # the longest a job holds on its checks
     wait_max_checks: int = 96
     wait_max_faults: int = 5  # checks in a row that could not tell
+
+    @property
+    def owned_network(self) -> str | None:
+        """The job network when jobs run behind dispatch's egress proxy; None when the operator
+        named another network (or `none`), which is then theirs to keep closed."""
+        named = self.container_network
+        return self.job_network if named is None or named == self.job_network else None
 
     @property
     def queues(self) -> list[str]:
@@ -214,6 +223,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("allowed_roots", "DISPATCH_ALLOWED_ROOTS", _roots),
     ("container_user", "DISPATCH_CONTAINER_USER", _user),
     ("container_network", "DISPATCH_CONTAINER_NETWORK", _name),
+    ("job_network", "DISPATCH_JOB_NETWORK", _name),
+    ("egress_port", "DISPATCH_EGRESS_PORT", lambda raw: _whole(raw, 0, 65535)),
     ("container_read_only", "DISPATCH_CONTAINER_READ_ONLY", _flag),
     ("container_pids_limit", "DISPATCH_CONTAINER_PIDS_LIMIT", lambda r: _whole(r, 1, 4_194_304)),
     ("container_log_size", "DISPATCH_CONTAINER_LOG_SIZE", _log_size),

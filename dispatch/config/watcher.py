@@ -37,6 +37,7 @@ from dispatch.config.schemas import (
     CONFIG_VERSION,
     FILES,
     ConfigSnapshot,
+    EgressFile,
     EndpointsFile,
     PauseWindowsFile,
     ProjectsFile,
@@ -45,6 +46,7 @@ from dispatch.config.schemas import (
     WaitProfilesFile,
 )
 from dispatch.config.units import check_cpus, parse_memory
+from dispatch.egress.rules import parse_rule
 from dispatch.errors import ConfigError
 from dispatch.log import event
 
@@ -233,6 +235,16 @@ def _check_profiles(content: WaitProfilesFile) -> list[str]:
     return problems
 
 
+def _check_egress(content: EgressFile) -> list[str]:
+    problems = []
+    for i, text in enumerate(content.hosts):
+        try:
+            parse_rule(text)
+        except ValueError as exc:
+            problems.append(f"hosts[{i}]: {exc}")
+    return problems
+
+
 def _check_settings(content: SettingsFile) -> list[str]:
     overlay = content.settings
     return (
@@ -249,6 +261,7 @@ _VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
     "pause-windows.json": _check_windows,
     "wait-profiles.json": _check_profiles,
     "settings.json": _check_settings,
+    "egress.json": _check_egress,
 }
 
 
@@ -351,6 +364,7 @@ def _build(files: list[_File]) -> ConfigSnapshot:
         endpoints=tuple(_content(good, "model-endpoints.json", EndpointsFile).endpoints),
         overlay=_content(good, "settings.json", SettingsFile).settings,
         profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
+        egress=tuple(_content(good, "egress.json", EgressFile).hosts),
         overlay_error=errors.get("settings.json"),
         newer=tuple(f.name for f in files if f.newer),
         errors=errors,

@@ -27,6 +27,8 @@ from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
+from dispatch.egress.guard import EgressGuard
+from dispatch.egress.setup import guarded
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
@@ -50,12 +52,12 @@ from dispatch.runners.process import ProcessRunner
 HELD_BY_CONFIG = frozenset({NEWER_RELEASE, PAUSE_WINDOW})
 
 
-def make_runner(settings: Settings) -> Runner:
+def make_runner(settings: Settings, egress: EgressGuard | None = None) -> Runner:
     if settings.runner == "process":
         return ProcessRunner()
     from dispatch.runners.docker.setup import docker_runner
 
-    return docker_runner(settings)
+    return docker_runner(settings, egress.env if egress is not None else None)
 
 
 async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None = None) -> None:
@@ -83,10 +85,15 @@ async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None =
 async def _serve_as_owner(
     settings: Settings, redis: Redis, blocking: Redis, owner: HostOwner, stop: asyncio.Event
 ) -> None:
-    runner = make_runner(settings)
     config = ConfigFiles(settings.config_dir, SystemClock())
     queues = [Queue(redis, name, settings.prefix) for name in settings.queues]
-    async with gated_processor(settings, redis, runner, config) as processor:
+    async with (
+        guarded(settings, config.current) as egress,
+        gated_processor(
+            settings, redis, make_runner(settings, egress), config, egress
+        ) as processor,
+    ):
+        runner = processor.runner
         worker = Worker(settings, redis, processor, blocking=blocking, records=processor.local_log)
         left = _left_records(processor)
         async with _owned(owner, worker, stop):
@@ -94,7 +101,7 @@ async def _serve_as_owner(
             if await boot_until_done(
                 redis, runner, settings.host, settings.prefix, queues, stop, left=left
             ):
-                await _work(settings, worker, runner, config, queues, stop)
+                await _work(settings, worker, runner, config, queues, stop, egress)
 
 
 def _left_records(processor: Processor) -> LeftRecords | None:
@@ -128,7 +135,11 @@ async def _work(
     config: ConfigFiles,
     queues: list[Queue],
     stop: asyncio.Event,
+    egress: EgressGuard | None = None,
 ) -> None:
+    if egress is not None:
+        await egress.refresh()  # before the first claim, so no job waits on the first look
+    keeper = asyncio.create_task(egress.keep(stop)) if egress is not None else None
     follower = asyncio.create_task(follow_config(config, queues, stop))
     reconciler = asyncio.create_task(
         reconcile_every(settings.reconcile_s, stop, runner, settings.host, queues, worker.held)
@@ -136,12 +147,18 @@ async def _work(
     await worker.run(stop)
     await follower
     await reconciler
+    if keeper is not None:
+        await keeper
     await runner.settle()  # background removals finish before the loop closes
 
 
 @contextlib.asynccontextmanager
 async def gated_processor(
-    settings: Settings, redis: Redis, runner: Runner, config: ConfigFiles
+    settings: Settings,
+    redis: Redis,
+    runner: Runner,
+    config: ConfigFiles,
+    egress: EgressGuard | None = None,
 ) -> AsyncIterator[Processor]:
     """The processor with every gate, sharing one set of slots, one budget and the leases."""
     clock = SystemClock()
@@ -159,6 +176,7 @@ async def gated_processor(
             docker=runner.settings if isinstance(runner, DockerRunner) else None,
             waits=wait_parts(settings, redis),
             spend=spend,
+            egress=egress,
         )
         records = RecordLog(settings.state_dir)
         try:

@@ -32,6 +32,7 @@ NEVER_FITS_DELAY_MS = 60_000
 NEWER_RELEASE_DELAY_MS = 10 * 60_000
 WAIT_THROTTLE_DELAY_MS = 11_000  # the floor of a wait-throttled (and wait-aborted) re-check
 WAIT_SUPERSEDE_DELAY_MS = 15_000  # a sibling's liveness could not be read: ask again
+EGRESS_DELAY_MS = 4_000  # the egress guard looks again every 5 s
 ENGINE_DELAY_MS = 2_000  # the first re-check of a job held engine-unavailable (it backs off)
 # A Redis fault in a gate: 2 s, doubling with each faulted pickup in a row, at most 16 s (none of
 # 2, 4, 8, 16 is another reason's delay). Short: Redis is usually back within seconds.

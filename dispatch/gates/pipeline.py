@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from dispatch.budget.ledger import SpendLedger
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
+from dispatch.egress.guard import EgressGuard
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Gate
 from dispatch.gates.dirty import DirtyTreeGate
+from dispatch.gates.egress import EgressGate
 from dispatch.gates.endpoints import EndpointGate
 from dispatch.gates.head import HeadGate
 from dispatch.gates.host_budget import HostBudget, HostBudgetGate
@@ -52,6 +54,7 @@ class GateDeps:
     waits: WaitParts
     docker: DockerSettings | None = None  # the docker runner's, for the job-user gate
     spend: SpendLedger | None = None  # None: no spend caps (tests of the other gates)
+    egress: EgressGuard | None = None  # only when jobs run on dispatch's own network
 
 
 def pipeline(d: GateDeps) -> list[Gate]:
@@ -66,6 +69,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         HostSlotGate(d.settings, d.slots, d.budget),
         ScopeGate(d.slots, d.leases),
         OverlayGate(),
+        EgressGate(d.egress),
         EndpointGate(d.slots, d.leases),
         HostBudgetGate(d.budget),
         DirtyTreeGate(roots=d.settings.allowed_roots),

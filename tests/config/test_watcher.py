@@ -41,6 +41,7 @@ GOOD: dict[str, dict[str, Any]] = {
     },
     "wait-profiles.json": {"version": 1, "profiles": {"jira": {"command": ["check", "{target}"]}}},
     "triggers.json": {"version": 1, "triggers": [{"id": "nightly", "cron": "0 3 * * *"}]},
+    "egress.json": {"version": 1, "hosts": ["api.example.com", "*.example.org", "10.0.0.5:8000"]},
 }
 
 # what of a file the snapshot shows, and the same taken from the file's decoded content
@@ -52,6 +53,7 @@ PART: dict[str, Callable[[ConfigSnapshot], object]] = {
     "model-endpoints.json": lambda s: s.endpoints,
     "wait-profiles.json": lambda s: s.profiles,
     "triggers.json": lambda s: None,  # not in the snapshot: only its validity is
+    "egress.json": lambda s: s.egress,
 }
 PART_OF_FILE: dict[str, Callable[[Any], object]] = {
     "settings.json": lambda c: c.settings,
@@ -61,6 +63,7 @@ PART_OF_FILE: dict[str, Callable[[Any], object]] = {
     "model-endpoints.json": lambda c: tuple(c.endpoints),
     "wait-profiles.json": lambda c: dict(c.profiles),
     "triggers.json": lambda c: None,
+    "egress.json": lambda c: tuple(c.hosts),
 }
 
 
@@ -233,6 +236,9 @@ def test_a_missing_or_bad_version_is_broken(tmp_path: Path, files: ConfigFiles, 
         ("projects.json", {"projects": [{"id": "a", "memory": "1m"}]}, "floor"),
         ("projects.json", {"projects": [{"id": "a", "cpus": 0.001}]}, "cpus"),
         ("triggers.json", {"triggers": [{"id": "t"}]}, "cron"),
+        ("egress.json", {"hosts": ["*.10.0.0.1"]}, "hosts[0]"),
+        ("egress.json", {"hosts": ["ok.example.com", "bad host"]}, "hosts[1]"),
+        ("egress.json", {"hosts": ["a.example.com:70000"]}, "port"),
     ],
 )
 def test_validation_beyond_the_types(
@@ -449,6 +455,9 @@ BODIES: dict[str, tuple[str, type[msgspec.Struct]]] = {
 
 def near(name: str) -> st.SearchStrategy[bytes]:
     """Documents shaped almost like the file: right field names, values of any kind."""
+    if name == "egress.json":  # a list of host texts, not of rows
+        hosts: st.SearchStrategy[object] = st.lists(st.text(max_size=30) | VALUES, max_size=4)
+        return hosts.map(lambda v: json.dumps({"version": 1, "hosts": v}).encode())
     field, row = BODIES[name]
     keys = st.sampled_from([f.encode_name for f in msgspec.structs.fields(row)] + ["colour"])
     rows = st.dictionaries(keys, VALUES, max_size=6)

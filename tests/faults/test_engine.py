@@ -81,6 +81,9 @@ def env(
         DISPATCH_LOCK_MS="4500",  # 3 x (stop grace + renewal period)
         DISPATCH_SHUTDOWN_GRACE="1s",
         DISPATCH_STOP_GRACE="1s",
+        # its bridges live in its own network namespace, where the daemon's egress proxy cannot
+        # listen (as under rootless Docker): the job network is the operator's to name there
+        DISPATCH_CONTAINER_NETWORK="bridge",
     )
 
 

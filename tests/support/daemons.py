@@ -16,6 +16,9 @@ from tests.support.polling import eventually_sync
 
 # the checkout's CLI; tests/e2e/test_wheel.py passes the one a built wheel installed instead
 SOURCE = (sys.executable, "-m", "dispatch")
+# one job network per test session, never the operator's own (tests/support/docker.py removes
+# it and its firewall rules when the session ends)
+TEST_NETWORK = f"dispatch-t{os.getpid()}"
 
 
 def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> dict[str, str]:
@@ -28,6 +31,8 @@ def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> di
         # quick stops and renewals, so a short DISPATCH_LOCK_MS (3 s) passes its floor
         DISPATCH_STOP_GRACE="0.5s",
         DISPATCH_RENEW_EVERY="0.5s",
+        DISPATCH_JOB_NETWORK=TEST_NETWORK,
+        DISPATCH_EGRESS_PORT="0",  # two daemons of a test share the network, not a port
     )
     if redis_url:
         env["DISPATCH_REDIS_URL"] = redis_url

@@ -8,16 +8,25 @@ without having run them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from dispatch.egress import firewall
+from dispatch.egress.errors import EgressDown
 from dispatch.model import Job
 from dispatch.runners.base import RunContext
-from dispatch.runners.docker import DockerClient, DockerError, ImageMissing, resolve_host
+from dispatch.runners.docker import (
+    DockerClient,
+    DockerError,
+    ImageMissing,
+    resolve_host,
+)
+from tests.support.daemons import TEST_NETWORK
 
 IMAGE = os.environ.get("DISPATCH_TEST_IMAGE", "dispatch-test:latest")
 
@@ -35,14 +44,24 @@ async def _engine_problem(host: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_host() -> str:
+def docker_host() -> Iterator[str]:
     host = resolve_host()
     problem = asyncio.run(_engine_problem(host))
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(problem)
         pytest.skip(problem)
-    return host
+    yield host
+    asyncio.run(remove_network(host, TEST_NETWORK))
+
+
+async def remove_network(host: str, name: str) -> None:
+    """A test's job network and every firewall rule a daemon left for it (a killed one)."""
+    with contextlib.suppress(EgressDown):
+        await firewall.remove(f"{firewall.TAG} {name} ")
+    async with DockerClient(host) as client:
+        with contextlib.suppress(DockerError):  # gone, or a leftover container holds it
+            await client.network_remove(name)
 
 
 @pytest.fixture

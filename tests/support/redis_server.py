@@ -17,7 +17,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_redis_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_redis_server(
+    workdir: str, bind: str = "127.0.0.1"
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`bind` "0.0.0.0": on every address, as a careless operator's Redis would be."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed; run the README's test command")
@@ -28,7 +31,8 @@ def start_redis_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
             "--port",
             str(port),
             "--bind",
-            "127.0.0.1",
+            bind,
+            *(["--protected-mode", "no"] if bind != "127.0.0.1" else []),
             "--save",
             "",
             "--appendonly",

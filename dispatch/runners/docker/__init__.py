@@ -20,6 +20,7 @@ from dispatch.runners.docker.errors import (
     DockerTimeout,
     DockerUnavailable,
     ImageMissing,
+    NetworkMissing,
 )
 from dispatch.runners.docker.labels import (
     LABEL_ATTEMPT,
@@ -49,6 +50,7 @@ __all__ = [
     "DockerUnavailable",
     "ExitWait",
     "ImageMissing",
+    "NetworkMissing",
     "ReapReport",
     "Reaped",
     "container_name",

@@ -41,6 +41,7 @@ from dispatch.runners.docker.errors import (
     DockerTimeout,
     DockerUnavailable,
     ImageMissing,
+    NetworkMissing,
 )
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -316,6 +317,20 @@ class DockerClient:
         )
         found: list[Json] = _json(resp)
         return found
+
+    async def network_inspect(self, name: str) -> Json:
+        """A network by name or id; NetworkMissing when there is none."""
+        resp = await self._call("GET", f"/networks/{name}", missing=NetworkMissing)
+        info: Json = _json(resp)
+        return info
+
+    async def network_create(self, name: str, labels: Mapping[str, str]) -> None:
+        """An internal bridge network: the engine gives it no route out of the host."""
+        body: Json = {"Name": name, "Driver": "bridge", "Internal": True, "Labels": dict(labels)}
+        await self._call("POST", "/networks/create", body={**body, "CheckDuplicate": True})
+
+    async def network_remove(self, name: str) -> None:
+        await self._call("DELETE", f"/networks/{name}", missing=NetworkMissing)
 
     async def events(
         self, filters: Mapping[str, list[str]], since_s: float, until_s: float

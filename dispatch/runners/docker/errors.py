@@ -5,6 +5,7 @@
     │   └── DockerTimeout    the engine took longer than the call's timeout
     ├── ImageMissing         no such image on this host (404 on an image)
     ├── ContainerNotFound    no such container (404 on a container)
+    ├── NetworkMissing       no such network (404 on a network)
     ├── ContainerConflict    name in use, or a state that forbids the call (409)
     └── DockerApiError       any other non-2xx answer, with its status and message
 
@@ -32,6 +33,10 @@ class ContainerNotFound(DockerError):
     pass
 
 
+class NetworkMissing(DockerError):
+    pass
+
+
 class ContainerConflict(DockerError):
     pass
 
@@ -51,4 +56,5 @@ __all__ = [
     "DockerTimeout",
     "DockerUnavailable",
     "ImageMissing",
+    "NetworkMissing",
 ]

@@ -42,8 +42,10 @@ settings' defaults, 4g / 2 CPUs, cover a job run without gates), a non-root user
 owner for a local job, else 65534:65534; `user.py`) with a tmpfs HOME of its own, an init as
 PID 1, a `nofile` ulimit, a read-only root with a tmpfs /tmp (opt-out: read_only=False), the
 engine's log in the `local` driver, rotated and bounded, network configurable (None = the
-engine's default bridge, "none" = no network), restart policy `no`, auto-remove off (the exit
-must be read first). The job's env is passed through and never logged.
+engine's default bridge, "none" = no network; the daemon names its own internal job network and
+passes `egress_env`, the egress proxy's variables, which a job must have to start), restart
+policy `no`, auto-remove off (the exit must be read first). The job's env is passed through
+and never logged.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -73,6 +76,7 @@ from dispatch.reasons import (
     JOB_SIZE_INVALID,
     JOB_USER_ROOT,
     MOUNT_MISMATCH,
+    NOT_STARTED,
     OOM,
     SIGKILLED,
     START_FAILED,
@@ -141,7 +145,7 @@ class DockerSettings:
         return cls(
             allowed_roots=s.allowed_roots,
             user=s.container_user,  # set, even empty, it decides for every job
-            network=s.container_network,
+            network=s.owned_network or s.container_network,
             read_only=s.container_read_only,
             pids_limit=s.container_pids_limit,
             log_max_bytes=_log_max_bytes(s.container_log_size),
@@ -166,6 +170,7 @@ class Plan:
     image: str
     user: str  # "" = the image's own USER
     source: str | None = None  # the resolved folder bound at the workspace
+    env: tuple[str, ...] = ()  # the egress proxy's variables, after the job's own (they win)
 
 
 def container_name(job_id: str) -> str:
@@ -238,7 +243,7 @@ def _tmpfs(user: str, read_only: bool) -> dict[str, str]:
 
 def container_config(ctx: RunContext, plan: Plan, s: DockerSettings) -> Json:
     job = ctx.job
-    env = [f"{k}={v}" for k, v in job.env.items()]
+    env = [f"{k}={v}" for k, v in job.env.items()] + list(plan.env)
     if home_tmpfs(plan.user) is not None and "HOME" not in job.env:
         env.insert(0, f"HOME={HOME_DIR}")
     config: Json = {
@@ -266,13 +271,24 @@ class _Exit:
     state: dict[str, Any]  # the container's State, inspected after the exit
 
 
+# job id -> the egress proxy's env for its container, None when it has no grant
+EgressEnv = Callable[[str], list[str] | None]
+
+
 class DockerRunner(Runner):
     def __init__(
-        self, settings: DockerSettings, client: DockerClient, *, clock: Clock | None = None
+        self,
+        settings: DockerSettings,
+        client: DockerClient,
+        *,
+        clock: Clock | None = None,
+        egress_env: EgressEnv | None = None,
     ) -> None:
+        """With `egress_env`, a job without the proxy's variables never starts."""
         self.settings = settings
         self.client = client
         self.clock: Clock = clock or SystemClock()
+        self.egress_env = egress_env
         self._cleanups: set[asyncio.Task[None]] = set()
 
     async def run(self, ctx: RunContext) -> RunResult:
@@ -281,6 +297,11 @@ class DockerRunner(Runner):
         plan = self._plan(ctx.job)
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
+        if self.egress_env is not None:
+            proxy_env = self.egress_env(ctx.job.id)
+            if proxy_env is None:  # no grant: the gates were skipped; never run unguarded
+                return RunResult(started=False, error=with_error(NOT_STARTED, "no egress grant"))
+            plan = replace(plan, env=tuple(proxy_env))
         try:
             config = with_usage(container_config(ctx, plan, self.settings), ctx)
         except (ValueError, OverflowError):  # a size outside the grammar or its bounds

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from dispatch.config.settings import Settings
 from dispatch.runners.docker.client import DockerClient
-from dispatch.runners.docker.runner import DockerRunner, DockerSettings
+from dispatch.runners.docker.runner import DockerRunner, DockerSettings, EgressEnv
 
 
 def docker_settings(settings: Settings) -> DockerSettings:
@@ -20,5 +20,5 @@ def docker_settings(settings: Settings) -> DockerSettings:
     )
 
 
-def docker_runner(settings: Settings) -> DockerRunner:
-    return DockerRunner(docker_settings(settings), DockerClient())
+def docker_runner(settings: Settings, egress_env: EgressEnv | None = None) -> DockerRunner:
+    return DockerRunner(docker_settings(settings), DockerClient(), egress_env=egress_env)

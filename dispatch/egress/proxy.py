@@ -1,0 +1,231 @@
+"""The egress proxy: an HTTP proxy in the daemon's loop, listening on the job network's gateway.
+
+    CONNECT host:port          a TLS tunnel (or any TCP stream) once the job's rules allow it
+    GET http://host[:port]/..  plain HTTP, forwarded with an origin-form target, the Host header
+                               set from the checked URI, and `Connection: close` (one request
+                               per connection: a second one can never slip past the check)
+
+A job is known by its credentials (`Proxy-Authorization: Basic job:token`, from the
+HTTPS_PROXY the runner gives it); no credentials answer 407, a host its rules do not allow 403
+with one `egress_refused` line naming the job, the host and the port (never a path or body).
+The proxy resolves names itself, and a wildcard rule never reaches a loopback, link-local or
+unspecified address (a name below an allowed domain could point there).
+
+Bounded: at most `max_per_job` connections per job and `max_total` overall, the request head
+at most `max_head` bytes read within `head_timeout_s`, and a tunnel idle (no byte either way)
+for `idle_timeout_s` is closed (relay.py). h11, the parser under httpx, reads the heads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import http
+import ipaddress
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import h11
+
+from dispatch.egress.relay import Limits, forward, tunnel
+from dispatch.egress.rules import Rule, allows, normal_host, parse_port
+from dispatch.log import event
+
+
+@dataclass
+class Grant:
+    """One running job's right to use the proxy; `rules()` answers with the rules as of now."""
+
+    job: str
+    token: str
+    rules: Callable[[], Sequence[Rule]]
+    narrow: tuple[Rule, ...] = ()  # the job's own --egress: it may narrow, never widen
+    open: int = field(default=0)
+
+    def allowed(self, host: str, port: int) -> Rule | None:
+        rule = allows(self.rules(), host, port)
+        if rule is None or (self.narrow and allows(self.narrow, host, port) is None):
+            return None
+        return rule
+
+
+class Refused(Exception):
+    def __init__(self, status: int, text: str, headers: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(text)
+        self.status, self.text, self.headers = status, text, list(headers)
+
+
+class EgressProxy:
+    def __init__(self, grants: dict[str, Grant], limits: Limits | None = None) -> None:
+        self.grants = grants  # job id -> grant, kept by the guard
+        self.limits = limits or Limits()
+        self.summary = "no allow-list"  # what an unauthenticated caller (doctor) is told
+        self._server: asyncio.Server | None = None
+        self._open = 0
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0: any free port); the port it listens on."""
+        self._server = await asyncio.start_server(
+            self._handle, host, port, reuse_address=True, limit=self.limits.max_head
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1)
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head)
+        try:
+            if self._open > self.limits.max_total:
+                raise Refused(503, "too many connections")
+            request = await asyncio.wait_for(_head(conn, reader), self.limits.head_timeout_s)
+            await self._serve(conn, request, reader, writer)
+        except Refused as exc:
+            _answer(writer, exc.status, exc.text, exc.headers)
+        except (h11.RemoteProtocolError, TimeoutError):
+            _answer(writer, 400, "bad request")
+        except (OSError, h11.LocalProtocolError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._open -= 1
+            with contextlib.suppress(Exception):
+                writer.close()
+                await writer.wait_closed()
+
+    async def _serve(
+        self,
+        conn: h11.Connection,
+        request: h11.Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        grant = self._grant(request)
+        if grant.open >= self.limits.max_per_job:
+            raise Refused(429, "too many connections for this job")
+        grant.open += 1
+        try:
+            host, port, target = _target(request)
+            rule = grant.allowed(host, port)
+            if rule is None:
+                event("egress_refused", job=grant.job, host=normal_host(host), port=port)
+                raise Refused(403, "not on this job's egress allow-list")
+            upstream = await self._dial(grant, host, port, rule)
+            if request.method == b"CONNECT":
+                await tunnel(conn, reader, writer, upstream, self.limits.idle_timeout_s)
+            else:
+                await forward(conn, request, target, (reader, writer), upstream, self.limits)
+        finally:
+            grant.open -= 1
+
+    def _grant(self, request: h11.Request) -> Grant:
+        job, token = _credentials(request)
+        grant = self.grants.get(job)
+        if grant is None or not _same(grant.token, token):
+            realm = ("Proxy-Authenticate", 'Basic realm="dispatch"')
+            raise Refused(407, f"dispatch egress proxy: {self.summary}", [realm])
+        return grant
+
+    async def _dial(
+        self, grant: Grant, host: str, port: int, rule: Rule
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        t = self.limits.connect_timeout_s
+        try:
+            found = await asyncio.wait_for(
+                loop.getaddrinfo(normal_host(host), port, type=socket.SOCK_STREAM), t
+            )
+            family, _, _, _, address = found[0]
+            if rule.wildcard and _inward(str(address[0])):
+                event("egress_refused", job=grant.job, host=normal_host(host), port=port)
+                raise Refused(403, "a wildcard rule does not reach this machine's own addresses")
+            return await asyncio.wait_for(
+                asyncio.open_connection(str(address[0]), port, family=family), t
+            )
+        except (OSError, TimeoutError, IndexError) as exc:
+            raise Refused(502, f"cannot reach {normal_host(host)}:{port}") from exc
+
+
+async def _head(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request:
+    """The request head, read up to its blank line: the reader's limit (max_head) bounds it."""
+    try:
+        conn.receive_data(await reader.readuntil(b"\r\n\r\n"))
+    except asyncio.LimitOverrunError:
+        raise Refused(431, "request head too large") from None
+    got = conn.next_event()
+    if not isinstance(got, h11.Request):
+        raise h11.RemoteProtocolError("no request")
+    return got
+
+
+def _credentials(request: h11.Request) -> tuple[str, str]:
+    for name, value in request.headers:
+        if name == b"proxy-authorization" and value[:6].lower() == b"basic ":
+            with contextlib.suppress(binascii.Error, UnicodeDecodeError):
+                job, _, token = base64.b64decode(value[6:].strip()).decode().partition(":")
+                return job, token
+    return "", ""
+
+
+def _same(a: str, b: str) -> bool:
+    return bool(b) and hmac.compare_digest(a.encode(), b.encode())
+
+
+def _target(request: h11.Request) -> tuple[str, int, bytes]:
+    """host, port and the origin-form target (b"" for CONNECT); Refused 400 otherwise."""
+    text = request.target.decode("ascii", "replace")
+    if request.method == b"CONNECT":
+        return (*_authority(text, None), b"")
+    if not text.lower().startswith("http://"):
+        raise Refused(400, "use CONNECT for TLS, or an absolute http:// URI")
+    authority, slash, path = text[7:].partition("/")
+    authority = authority.rpartition("@")[2]  # userinfo is no part of where it goes
+    return (*_authority(authority, 80), (slash + path or "/").encode())
+
+
+def _authority(text: str, default: int | None) -> tuple[str, int]:
+    try:
+        if text.startswith("["):
+            host, _, tail = text[1:].partition("]")
+            port = tail.removeprefix(":")
+        else:
+            host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
+        if not port and default is None:
+            raise ValueError("a port is needed")
+        return host, parse_port(port) if port else int(default or 0)
+    except ValueError:
+        raise Refused(400, "bad host or port") from None
+
+
+def _inward(address: str) -> bool:
+    ip = ipaddress.ip_address(address.partition("%")[0])
+    return ip.is_loopback or ip.is_link_local or ip.is_unspecified
+
+
+def _answer(
+    writer: asyncio.StreamWriter,
+    status: int,
+    text: str,
+    headers: Sequence[tuple[str, str]] = (),
+) -> None:
+    """Written by hand, not through h11: a head that never arrived still gets its answer."""
+    body = (text + "\n").encode()
+    head = [
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+        *(f"{k}: {v}" for k, v in headers),
+    ]
+    head += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    with contextlib.suppress(OSError):
+        writer.write("\r\n".join(head).encode() + body)
