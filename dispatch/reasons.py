@@ -76,6 +76,7 @@ NO_COMMAND: Final = "no-command"
 COMMAND_NOT_FOUND: Final = "command-not-found"
 JOB_USER_ROOT: Final = "job-user-root"
 MOUNT_MISMATCH: Final = "mount-mismatch"
+SECRET_PROFILE_UNKNOWN: Final = "secret-profile-unknown"
 
 # -- aborts ---------------------------------------------------------------------------------
 OPERATOR_CANCEL: Final = "operator-cancel"
@@ -99,6 +100,7 @@ START_FAILED: Final = "start-failed"
 ENGINE_RESTARTED: Final = "engine-restarted"
 STALLED: Final = "stalled"
 INTERNAL_ERROR: Final = "internal-error"
+SECRET_UNRESOLVED: Final = "secret-unresolved"
 
 _EXIT = "exit"
 _SIGNAL = "signal"
@@ -249,6 +251,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the engine mounted something other than the job's checked folder, so the container was "
         "killed at once; someone changed the path or the engine's mounts",
     ),
+    _refusal(
+        SECRET_PROFILE_UNKNOWN,
+        "secret profiles",
+        "an env value of the job refers to a secret profile that secrets.json on this host does "
+        "not declare; declare it (on every host that takes the queue) or fix the reference",
+    ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),
     _abort(OPERATOR_CANCEL, "operator", "an operator cancelled the job (dispatch cancel)"),
@@ -302,6 +310,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         STALLED,
         "worker",
         "the job's host stopped renewing its lock too many times; it is not picked up again",
+    ),
+    _infra(
+        SECRET_UNRESOLVED,
+        "secret resolver",
+        "a secret the job refers to could not be resolved at start (the profile's command "
+        "failed, timed out or printed nothing; the file is missing, not private or lacks the "
+        "name); the job never started and is retried while attempts remain",
     ),
     _infra(
         INTERNAL_ERROR,

@@ -40,6 +40,7 @@ from dispatch.config.schemas import (
     PauseWindowsFile,
     ProjectsFile,
     ScopedLimitsFile,
+    SecretsFile,
     SettingsFile,
     WaitProfilesFile,
 )
@@ -53,6 +54,7 @@ LogEvent = Callable[..., None]
 
 _MAX_BYTES = 1 << 20  # a pickup must stay cheap; no config file is anywhere near this
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # as a reference names it
 _MISSING: Stamp = ()
 
 
@@ -244,6 +246,23 @@ def _check_profiles(content: WaitProfilesFile) -> list[str]:
     return problems
 
 
+def _check_secrets(content: SecretsFile) -> list[str]:
+    problems = []
+    for name, p in content.profiles.items():
+        at = f"profiles[{name!r}]"
+        if not _PROFILE.fullmatch(name):
+            problems.append(f"{at}: a name is 1-64 of A-Z a-z 0-9 . _ - (no slash)")
+        if (p.command is None) == (p.file is None):
+            problems.append(f"{at}: give exactly one of command or file")
+        if p.command is not None and not (p.command and p.command[0]):
+            problems.append(f"{at}: command must not be empty")
+        if p.file is not None and not _is_folder(p.file):
+            problems.append(f"{at}: file must be an absolute path")
+        if not 1 <= p.timeout_ms <= 300_000:
+            problems.append(f"{at}: timeoutMs must be from 1 to 300000")
+    return problems
+
+
 def _check_settings(content: SettingsFile) -> list[str]:
     overlay = content.settings
     return _memory_problem("settings", overlay.job_memory) + _cpus_problem(
@@ -258,6 +277,7 @@ _VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
     "pause-windows.json": _check_windows,
     "wait-profiles.json": _check_profiles,
     "settings.json": _check_settings,
+    "secrets.json": _check_secrets,
 }
 
 
@@ -360,6 +380,7 @@ def _build(files: list[_File]) -> ConfigSnapshot:
         endpoints=tuple(_content(good, "model-endpoints.json", EndpointsFile).endpoints),
         overlay=_content(good, "settings.json", SettingsFile).settings,
         profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
+        secrets=dict(_content(good, "secrets.json", SecretsFile).profiles),
         overlay_error=errors.get("settings.json"),
         newer=tuple(f.name for f in files if f.newer),
         errors=errors,

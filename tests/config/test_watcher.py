@@ -25,6 +25,7 @@ from dispatch.config.schemas import (
     PauseWindow,
     Project,
     ScopedLimit,
+    SecretProfile,
     Trigger,
     WaitProfile,
 )
@@ -41,6 +42,10 @@ GOOD: dict[str, dict[str, Any]] = {
     },
     "wait-profiles.json": {"version": 1, "profiles": {"jira": {"command": ["check", "{target}"]}}},
     "triggers.json": {"version": 1, "triggers": [{"id": "nightly", "cron": "0 3 * * *"}]},
+    "secrets.json": {
+        "version": 1,
+        "profiles": {"vault": {"command": ["vault-read", "{name}"]}, "disk": {"file": "/etc/s"}},
+    },
 }
 
 # what of a file the snapshot shows, and the same taken from the file's decoded content
@@ -52,6 +57,7 @@ PART: dict[str, Callable[[ConfigSnapshot], object]] = {
     "model-endpoints.json": lambda s: s.endpoints,
     "wait-profiles.json": lambda s: s.profiles,
     "triggers.json": lambda s: None,  # not in the snapshot: only its validity is
+    "secrets.json": lambda s: s.secrets,
 }
 PART_OF_FILE: dict[str, Callable[[Any], object]] = {
     "settings.json": lambda c: c.settings,
@@ -61,6 +67,7 @@ PART_OF_FILE: dict[str, Callable[[Any], object]] = {
     "model-endpoints.json": lambda c: tuple(c.endpoints),
     "wait-profiles.json": lambda c: dict(c.profiles),
     "triggers.json": lambda c: None,
+    "secrets.json": lambda c: dict(c.profiles),
 }
 
 
@@ -444,6 +451,7 @@ BODIES: dict[str, tuple[str, type[msgspec.Struct]]] = {
     "model-endpoints.json": ("endpoints", Endpoint),
     "wait-profiles.json": ("profiles", WaitProfile),
     "triggers.json": ("triggers", Trigger),
+    "secrets.json": ("profiles", SecretProfile),
 }
 
 
@@ -454,7 +462,7 @@ def near(name: str) -> st.SearchStrategy[bytes]:
     rows = st.dictionaries(keys, VALUES, max_size=6)
     if name == "settings.json":
         body: st.SearchStrategy[object] = rows
-    elif name == "wait-profiles.json":
+    elif name in {"wait-profiles.json", "secrets.json"}:
         body = st.dictionaries(st.sampled_from(["p", "q"]), rows, max_size=3)
     else:
         body = st.lists(rows, max_size=3)
