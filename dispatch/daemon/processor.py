@@ -92,6 +92,7 @@ from dispatch.records.disk_log import encode as encode_record
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import AbortSignal, RunContext, Runner, RunResult, classify
 from dispatch.runners.output import output_name
+from dispatch.secrets.runs import run_with_secrets
 
 SHUTDOWN_DELAY_MS = 1_000
 ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
@@ -230,8 +231,8 @@ class Processor:
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
-        try:
-            result = await self._watch(ctx)
+        try:  # its secrets are resolved inside the timeout, and a cancel stops that too
+            result = await run_with_secrets(ctx, pickup.config.secrets, self._watch)
         finally:
             timer.cancel()
         held = await self._engine_hold(claim, result, signal.reason)

@@ -101,6 +101,13 @@ class RunContext:
     grace_s: float = 10.0
     output_cap: int = OUTPUT_CAP_BYTES
     signal: AbortSignal = field(default_factory=AbortSignal)
+    # variable -> resolved value of the job's secret references (dispatch.secrets): for the
+    # run's environment only, never the recorded Job, never shown (repr=False)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def env(self) -> dict[str, str]:
+        """The run's environment from the job: its plain values and its resolved secrets."""
+        return {**self.job.plain_env(), **self.secrets}
 
     @property
     def aborted(self) -> asyncio.Event:
