@@ -8,6 +8,9 @@
     image            the default job image is present (jobs never pull)
     config           every watched config file is valid and of this release's version
                      (missing files are fine); one line per broken or newer file
+    secret           one line per profile of secrets.json: its command is an executable on
+                     the resolver's PATH, or its file is private to this user (chmod 600,
+                     owned by whoever runs the doctor: run it as the daemon's user) and JSON
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,7 +29,7 @@ from typing import Any, TextIO
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from dispatch.config.schemas import FILES
+from dispatch.config.schemas import FILES, SecretProfile
 from dispatch.config.settings import Settings
 from dispatch.errors import ConfigError
 from dispatch.queue.scripts import all_scripts, load_all, lua_dir
@@ -149,10 +153,16 @@ def config_checks(config_dir: Path) -> list[Check]:
         Check("config", False, f"{name}: written by a newer release; upgrade this host")
         for name in snapshot.newer
     ]
-    if checks:
-        return checks
-    missing = sum(not (config_dir / name).exists() for name in FILES)
-    return [Check("config", True, f"{len(FILES)} files, {missing} missing")]
+    if not checks:
+        missing = sum(not (config_dir / name).exists() for name in FILES)
+        checks = [Check("config", True, f"{len(FILES)} files, {missing} missing")]
+    return [*checks, *secret_checks(snapshot.secrets)]
+
+
+def secret_checks(profiles: Mapping[str, SecretProfile]) -> list[Check]:
+    from dispatch.secrets.checks import profile_checks
+
+    return [Check("secret", ok, detail) for ok, detail in profile_checks(profiles)]
 
 
 async def run_checks(redis_url: str, docker_host: str | None, image: str | None) -> list[Check]:
