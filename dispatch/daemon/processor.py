@@ -235,6 +235,9 @@ class Processor:
             result = await run_with_secrets(ctx, pickup.config.secrets, self._watch)
         finally:
             timer.cancel()
+        if signal.reason == OPERATOR_CANCEL and not result.started:  # while its secrets resolved
+            event("job_cancelled_before_start", job=claim.id)
+            return Ending("finish", self._cancel_result())
         held = await self._engine_hold(claim, result, signal.reason)
         if held is not None:
             return self._defer(claim, held, job)  # no record: nothing ran

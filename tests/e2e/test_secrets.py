@@ -211,9 +211,7 @@ def test_cancel_during_a_slow_resolver_ends_the_job_cancelled_within_the_grace(
         # the stop grace (1 s) and some slack for the CLI's own round trips
         assert time.monotonic() - asked < GRACE_S + 3
         eventually_sync(lambda: not _running(resolver), 5)
-    (record,) = dispatch_json(env, "runs")
-    assert (record["outcome"], record["reason"]) == ("cancelled", "operator-cancel")
-    assert "started_at" not in record and "container" not in record  # nothing ran
+    assert dispatch_json(env, "runs") == []  # nothing started: no run to record
 
 
 def _running(pid: int) -> bool:
