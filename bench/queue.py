@@ -78,7 +78,7 @@ class NoopRunner(Runner):
 
     async def run(self, ctx: RunContext) -> RunResult:
         now = time.time()
-        env = ctx.job.env
+        env = ctx.env()
         if "BENCH_DUE_MS" in env:
             late = now * 1000 - int(env["BENCH_DUE_MS"])
             self.lateness_ms.setdefault(env["BENCH_PHASE"], []).append(late)

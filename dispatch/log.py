@@ -4,6 +4,11 @@
 
 Event names are fixed snake_case text; values go in fields. Fields whose name looks secret are
 redacted, and nothing here ever prints a full host path on purpose (callers pass basenames).
+
+Values known to be secret (a job's resolved secrets, while its run lasts) are hidden: `hide`
+adds them to one process-wide set, `unhide` takes them out again (counted, so two jobs sharing
+a value do not unmask each other), and every line is scrubbed of each, raw or JSON-escaped,
+before it is written, whatever field or nesting carried it.
 """
 
 from __future__ import annotations
@@ -11,12 +16,50 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 import msgspec
 
 _SECRET = re.compile(r"(pass|secret|token|key|auth|credential)", re.IGNORECASE)
 _encoder = msgspec.json.Encoder()
+MASK = "***"
+_hidden: dict[str, int] = {}  # text -> how many holders asked to hide it
+_longest_first: list[str] = []
+
+
+def _forms(value: str) -> set[str]:
+    """The value as a line may spell it: raw, and escaped inside a JSON string."""
+    return {value, _encoder.encode(value).decode()[1:-1]} - {""}
+
+
+def hide(values: Iterable[str]) -> None:
+    for value in values:
+        for form in _forms(value):
+            _hidden[form] = _hidden.get(form, 0) + 1
+    _sort()
+
+
+def unhide(values: Iterable[str]) -> None:
+    for value in values:
+        for form in _forms(value):
+            left = _hidden.pop(form, 0) - 1
+            if left > 0:
+                _hidden[form] = left
+    _sort()
+
+
+def _sort() -> None:
+    # longest first: a value that contains another is masked whole
+    _longest_first[:] = sorted(_hidden, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """`text` with every hidden value masked."""
+    for form in _longest_first:
+        if form in text:
+            text = text.replace(form, MASK)
+    return text
 
 
 def redact(fields: dict[str, Any]) -> dict[str, Any]:
@@ -37,6 +80,8 @@ class Logger:
             line = f"{stamp} {name} {rest}".rstrip()
         else:
             line = _encoder.encode({"ts": stamp, "event": name, **fields}).decode()
+        if _longest_first:
+            line = scrub(line)
         try:
             self.stream.write(line + "\n")
             self.stream.flush()

@@ -7,7 +7,10 @@ folder is on one machine.
 A job is validated twice: by the submitter and again by the daemon that picks it up (it must
 not trust what it reads from Redis). `v` is the document's version: a submitter refuses a `v`
 it does not know; a daemon that reads a newer `v` defers the job `newer-release` instead of
-misreading it, so a fleet can upgrade one host at a time.
+misreading it, so a fleet can upgrade one host at a time. A document carries the lowest version
+that can hold it (`encode_job`): v1, or v2 when an env value is a secret reference
+(`{"secret": "<profile>/<name>"}`, resolved on the running host at start: dispatch.secrets), so a
+host of a release before references waits for its upgrade rather than refusing the job.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -28,7 +32,9 @@ from dispatch.egress.rules import parse_rule
 from dispatch.errors import InvalidJob
 from dispatch.reasons import Outcome
 
-JOB_VERSION = 1
+JOB_VERSION = 2  # the newest this build reads
+FIRST_VERSION = 1
+SECRET_VERSION = 2  # the first version whose env may hold secret references
 MAX_JOB_BYTES = 64 * 1024
 DEFAULT_ATTEMPTS = 3
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000
@@ -38,6 +44,10 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# never starting with "-": the name is put into the resolver's argv, where it must not be an option
+_SECRET_REF = re.compile(
+    r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([A-Za-z0-9_][A-Za-z0-9._/:@+=-]{0,255})"
+)
 
 Kind = Literal["plain", "local", "forge"]
 State = Literal["waiting", "delayed", "active", "completed", "failed", "cancelled"]
@@ -55,6 +65,21 @@ class WaitFor(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     profile: str | None = None
 
 
+class SecretRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An env value given by reference: `<profile>/<name>`, resolved by a profile of
+    secrets.json on the host that runs the job. Only the reference is ever stored."""
+
+    secret: str
+
+    @property
+    def profile(self) -> str:
+        return self.secret.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.secret.partition("/")[2]
+
+
 class Job(
     msgspec.Struct,
     frozen=True,
@@ -64,7 +89,7 @@ class Job(
     omit_defaults=True,
 ):
     id: str
-    v: int = JOB_VERSION
+    v: int = FIRST_VERSION
     queue: str = "jobs"
     kind: Kind = "plain"
     folder: str | None = None
@@ -73,7 +98,7 @@ class Job(
     number: int | None = None
     image: str | None = None
     command: list[str] = msgspec.field(default_factory=list)
-    env: dict[str, str] = msgspec.field(default_factory=dict)
+    env: Mapping[str, str | SecretRef] = msgspec.field(default_factory=dict)
     project: str | None = None
     size: Size | None = None
     provider: str | None = None
@@ -97,9 +122,17 @@ class Job(
             return os.path.basename(self.folder.rstrip("/")) or "/"
         return ""
 
+    def plain_env(self) -> dict[str, str]:
+        """The env values given as values (what the document itself holds)."""
+        return {k: v for k, v in self.env.items() if isinstance(v, str)}
+
+    def secret_refs(self) -> dict[str, SecretRef]:
+        """The env values given by reference: variable -> reference."""
+        return {k: v for k, v in self.env.items() if isinstance(v, SecretRef)}
+
 
 class _Head(msgspec.Struct):
-    v: int = JOB_VERSION
+    v: int = FIRST_VERSION
 
 
 _job_decoder = msgspec.json.Decoder(Job)
@@ -140,6 +173,9 @@ def one_line(text: str) -> str:
 
 
 def encode_job(job: Job) -> bytes:
+    """The document, at the lowest version that holds it (a reference needs v2)."""
+    if job.v < SECRET_VERSION and job.secret_refs():
+        job = msgspec.structs.replace(job, v=SECRET_VERSION)
     raw = encoder.encode(job)
     if len(raw) > MAX_JOB_BYTES:
         raise InvalidJob(f"job document is {len(raw)} bytes, over the {MAX_JOB_BYTES}-byte cap")
@@ -153,8 +189,9 @@ def validate(job: Job) -> None:
 
 def _problems(job: Job) -> list[str]:
     problems: list[str] = []
-    if job.v != JOB_VERSION:
-        problems.append(f"job version {job.v} is not known to this build (knows {JOB_VERSION})")
+    if not FIRST_VERSION <= job.v <= JOB_VERSION:
+        known = f"{FIRST_VERSION} to {JOB_VERSION}"
+        problems.append(f"job version {job.v} is not known to this build (knows {known})")
     if not _ID.fullmatch(job.id):
         problems.append("id must be 1-128 of A-Z a-z 0-9 . _ - and start with a letter or digit")
     if job.queue != "jobs" and not _QUEUE.fullmatch(job.queue):
@@ -193,6 +230,11 @@ def _text_problems(job: Job) -> list[str]:
         for k in job.env
         if not _ENV_NAME.fullmatch(k)
     ]
+    problems += [
+        f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
+        for k, v in job.secret_refs().items()
+        if not _SECRET_REF.fullmatch(v.secret)
+    ]
     if _has_nul(job):
         problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems
@@ -209,7 +251,7 @@ def _has_nul(job: Job) -> bool:
     """Whether any free-form text holds NUL (the patterned fields cannot): the engine would
     refuse it at create, an infrastructure failure that spends attempts."""
     texts = [job.forge, job.image, job.project, job.provider, job.model, job.dedup]
-    texts += [job.parent_job_id, *job.command, *job.env.values()]
+    texts += [job.parent_job_id, *job.command, *job.plain_env().values()]
     texts += [t for w in job.wait_for for t in (w.after, w.profile)]
     return any(t and "\0" in t for t in texts)
 

@@ -87,6 +87,7 @@ DOLLAR_CAP: Final = "dollar-cap"
 DAILY_TOKEN_CAP: Final = "daily-token-cap"
 JOB_USER_ROOT: Final = "job-user-root"
 MOUNT_MISMATCH: Final = "mount-mismatch"
+SECRET_PROFILE_UNKNOWN: Final = "secret-profile-unknown"
 WAIT_SUPERSEDED: Final = "wait-superseded"
 WAIT_UNREADABLE: Final = "wait-unreadable"
 WAIT_PROFILE_UNKNOWN: Final = "wait-profile-unknown"
@@ -117,6 +118,7 @@ START_FAILED: Final = "start-failed"
 ENGINE_RESTARTED: Final = "engine-restarted"
 STALLED: Final = "stalled"
 INTERNAL_ERROR: Final = "internal-error"
+SECRET_UNRESOLVED: Final = "secret-unresolved"
 
 _EXIT = "exit"
 _SIGNAL = "signal"
@@ -299,6 +301,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "the engine mounted something other than the job's checked folder, so the container was "
         "killed at once; someone changed the path or the engine's mounts",
     ),
+    _refusal(
+        SECRET_PROFILE_UNKNOWN,
+        "secret profiles",
+        "an env value of the job refers to a secret profile that secrets.json on this host does "
+        "not declare; declare it (on every host that takes the queue) or fix the reference",
+    ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),
     _refusal(
@@ -402,6 +410,13 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "docker runner",
         "the Docker engine went away while the job ran and its container did not outlive it "
         "(no live-restore), or its exit could not be told from the engine's shutdown",
+    ),
+    _infra(
+        SECRET_UNRESOLVED,
+        "secret resolver",
+        "a secret the job refers to could not be resolved at start (the profile's command "
+        "failed, timed out or printed nothing; the file is missing, not private or lacks the "
+        "name); the job never started and is retried while attempts remain",
     ),
     _infra(
         STALLED,

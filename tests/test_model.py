@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dispatch.errors import InvalidJob
 from dispatch.model import (
+    FIRST_VERSION,
     JOB_VERSION,
     MAX_JOB_BYTES,
     Job,
@@ -102,7 +103,7 @@ def test_peek_version_reads_a_newer_version_without_trusting_the_rest() -> None:
     assert peek_version(doc(v=newer)) == newer
     assert peek_version(json.dumps({"v": newer, "id": 5, "future": {"x": [1]}})) == newer
     assert peek_version(json.dumps({"v": newer, "kind": "quantum", "attempts": "many"})) == newer
-    assert peek_version(b'{"id":"a"}') == JOB_VERSION  # no v: the first version
+    assert peek_version(b'{"id":"a"}') == FIRST_VERSION  # no v: the first version
     for unreadable in (b"", b"{", b"[2]", b'"v"', b'{"v":"2"}', b'{"v":true}', b"\xff"):
         assert peek_version(unreadable) == 0, unreadable
 

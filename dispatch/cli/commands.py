@@ -89,6 +89,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.secrets.detect import warning
+
     job = _job_from_args(args, settings)
     due_ms, delay_ms = inputs.parse_after(args.after)
     window = inputs.duration("--dedup-window", args.dedup_window)
@@ -101,6 +103,8 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
         except Conflict as exc:  # a taken id is the submitter's input, like any other
             raise UsageError(str(exc)) from None
         print(done.id)
+        if said := warning(job.plain_env()):  # a hint once stored: a refusal stays one line
+            print(f"dispatch: {said}", file=sys.stderr)
         return 0
 
     return _with_client(go, settings)
@@ -201,10 +205,11 @@ def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
+    env = inputs.env_pairs(args.env)
     fields: dict[str, Any] = {
         "id": args.id or new_id(),
         "command": command,
-        "env": inputs.env_pairs(args.env),
+        "env": {**env, **inputs.secret_pairs(args.secret, env)},
         "attempts": args.attempts,
         "force": args.force,
         "egress": args.egress,
@@ -298,6 +303,13 @@ def _submit_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attempts", type=inputs.count(1, 100), default=3)
     p.add_argument("--timeout", help="DURATION, default 30m")
     p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="K=PROFILE/NAME",
+        help="an env value resolved by a secrets.json profile on the host that runs the job",
+    )
     p.add_argument("--project")
     p.add_argument("--model")
     p.add_argument("--parent", help="the job that chained this one (waits for its folder)")

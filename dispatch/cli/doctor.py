@@ -13,6 +13,9 @@
                      smaller than the default per-job cap, dollar caps without maxCostUsd
     job-network ...  the job network, its proxy and firewall, Redis out of a job's reach
                      (doctor_egress.py)
+    secret           one line per profile of secrets.json: its command is an executable on
+                     the resolver's PATH, or its file is private to this user (chmod 600,
+                     owned by whoever runs the doctor: run it as the daemon's user) and JSON
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,7 +35,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.cli.budget import doctor_warnings
-from dispatch.config.schemas import FILES
+from dispatch.config.schemas import FILES, SecretProfile
 from dispatch.config.settings import Settings
 from dispatch.errors import ConfigError
 from dispatch.queue.scripts import all_scripts, load_all, lua_dir
@@ -159,7 +163,14 @@ def config_checks(config_dir: Path) -> list[Check]:
         return checks
     missing = sum(not (config_dir / name).exists() for name in FILES)
     found = [Check("config", True, f"{len(FILES)} files, {missing} missing")]
-    return found + [Check("spend-caps", True, w, warn=True) for w in doctor_warnings(snapshot)]
+    warnings = [Check("spend-caps", True, w, warn=True) for w in doctor_warnings(snapshot)]
+    return [*found, *warnings, *secret_checks(snapshot.secrets)]
+
+
+def secret_checks(profiles: Mapping[str, SecretProfile]) -> list[Check]:
+    from dispatch.secrets.checks import profile_checks
+
+    return [Check("secret", ok, detail) for ok, detail in profile_checks(profiles)]
 
 
 def profile_checks(config_dir: Path) -> list[Check]:

@@ -25,7 +25,7 @@ from dispatch.config.units import (
     shown,
 )
 from dispatch.errors import DispatchError
-from dispatch.model import MAX_JOB_BYTES, one_line
+from dispatch.model import MAX_JOB_BYTES, SecretRef, one_line
 
 MAX_ARG_BYTES = 64 * 1024
 MAX_ARGV_BYTES = 1024 * 1024
@@ -64,6 +64,20 @@ def env_pairs(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--env {shown(pair)}: expected NAME=VALUE")
         env[name] = value
     return env
+
+
+def secret_pairs(pairs: list[str], env: dict[str, str]) -> dict[str, SecretRef]:
+    """`--secret NAME=<profile>/<name>`: the reference, checked with the job; a NAME that
+    --env also sets is refused (which of the two was meant?)."""
+    refs = {}
+    for pair in pairs:
+        name, sep, ref = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--secret {shown(pair)}: expected NAME=<profile>/<name>")
+        if name in env:
+            raise UsageError(f"--secret {shown(name)}: --env sets it too; give one of them")
+        refs[name] = SecretRef(secret=ref)
+    return refs
 
 
 def duration(flag: str, text: str) -> int:

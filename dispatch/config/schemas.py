@@ -89,6 +89,16 @@ class WaitProfile(_Row):
     timeout_ms: int = 10_000
 
 
+class SecretProfile(_Row):
+    """How this host resolves `<profile>/<name>`: exactly one of `command` (argv run with no
+    shell, `{name}` replaced, its stdout is the value) or `file` (a private JSON object of
+    name -> value). See dispatch.secrets."""
+
+    command: list[str] | None = None
+    file: str | None = None
+    timeout_ms: int = 10_000
+
+
 class Trigger(_Row):
     id: str
     cron: str
@@ -132,6 +142,11 @@ class WaitProfilesFile(_Row):
     profiles: dict[str, WaitProfile] = msgspec.field(default_factory=dict)
 
 
+class SecretsFile(_Row):
+    version: int
+    profiles: dict[str, SecretProfile] = msgspec.field(default_factory=dict)
+
+
 class TriggersFile(_Row):
     version: int
     triggers: list[Trigger] = msgspec.field(default_factory=list)
@@ -147,6 +162,7 @@ FILES: dict[str, type[_Row]] = {
     "wait-profiles.json": WaitProfilesFile,
     "triggers.json": TriggersFile,
     "egress.json": EgressFile,
+    "secrets.json": SecretsFile,
 }
 
 
@@ -161,6 +177,7 @@ class ConfigSnapshot:
     overlay: Overlay = field(default_factory=Overlay)
     profiles: dict[str, WaitProfile] = field(default_factory=dict)
     egress: tuple[str, ...] = ()  # egress.json's hosts, checked against the rule grammar
+    secrets: dict[str, SecretProfile] = field(default_factory=dict)
     overlay_error: str | None = None  # settings.json broken: jobs are refused, not misrun
     newer: tuple[str, ...] = ()  # files written by a newer version: they hold work
     errors: dict[str, str] = field(default_factory=dict)  # file -> why its last copy is kept

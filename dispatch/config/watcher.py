@@ -42,6 +42,7 @@ from dispatch.config.schemas import (
     PauseWindowsFile,
     ProjectsFile,
     ScopedLimitsFile,
+    SecretsFile,
     SettingsFile,
     WaitProfilesFile,
 )
@@ -56,6 +57,7 @@ LogEvent = Callable[..., None]
 
 _MAX_BYTES = 1 << 20  # a pickup must stay cheap; no config file is anywhere near this
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_PROFILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # as a reference names it
 _MISSING: Stamp = ()
 
 
@@ -245,6 +247,23 @@ def _check_egress(content: EgressFile) -> list[str]:
     return problems
 
 
+def _check_secrets(content: SecretsFile) -> list[str]:
+    problems = []
+    for name, p in content.profiles.items():
+        at = f"profiles[{name!r}]"
+        if not _PROFILE.fullmatch(name):
+            problems.append(f"{at}: a name is 1-64 of A-Z a-z 0-9 . _ - (no slash)")
+        if (p.command is None) == (p.file is None):
+            problems.append(f"{at}: give exactly one of command or file")
+        if p.command is not None and not (p.command and p.command[0]):
+            problems.append(f"{at}: command must not be empty")
+        if p.file is not None and not _is_folder(p.file):
+            problems.append(f"{at}: file must be an absolute path")
+        if not 1 <= p.timeout_ms <= 300_000:
+            problems.append(f"{at}: timeoutMs must be from 1 to 300000")
+    return problems
+
+
 def _check_settings(content: SettingsFile) -> list[str]:
     overlay = content.settings
     return (
@@ -262,6 +281,7 @@ _VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
     "wait-profiles.json": _check_profiles,
     "settings.json": _check_settings,
     "egress.json": _check_egress,
+    "secrets.json": _check_secrets,
 }
 
 
@@ -365,6 +385,7 @@ def _build(files: list[_File]) -> ConfigSnapshot:
         overlay=_content(good, "settings.json", SettingsFile).settings,
         profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
         egress=tuple(_content(good, "egress.json", EgressFile).hosts),
+        secrets=dict(_content(good, "secrets.json", SecretsFile).profiles),
         overlay_error=errors.get("settings.json"),
         newer=tuple(f.name for f in files if f.newer),
         errors=errors,

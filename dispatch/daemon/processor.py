@@ -102,6 +102,7 @@ from dispatch.runners.base import (
     classify,
 )
 from dispatch.runners.output import output_name
+from dispatch.secrets.runs import run_with_secrets
 
 SHUTDOWN_DELAY_MS = 1_000
 ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
@@ -249,11 +250,14 @@ class Processor:
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
-        try:
-            result = await self._watch(ctx)
+        try:  # its secrets are resolved inside the timeout, and a cancel stops that too
+            result = await run_with_secrets(ctx, pickup.config.secrets, self._watch)
         finally:
             timer.cancel()
         charged = await self._charge(pickup, ctx, result)
+        if signal.reason == OPERATOR_CANCEL and not result.started:  # while its secrets resolved
+            event("job_cancelled_before_start", job=claim.id)
+            return Ending("finish", self._cancel_result())
         held = await self._engine_hold(claim, result, signal.reason)
         if held is not None:
             return self._defer(claim, held, job)  # no record: nothing ran

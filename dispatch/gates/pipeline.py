@@ -2,10 +2,10 @@
 
 The dirty-tree check comes after the scope gate holds the folder: only then does a dirty
 tree mean the operator's own edits rather than a job of ours still at work in it (which would
-have been deferred `scope-folder` instead). The job-user gate comes before any gate that
-takes a hold: a folder owned by root is refused without a slot or a lease taken first. The
-spend caps come last of all, right before the run: nothing is reserved for a job an earlier
-gate would defer or refuse.
+have been deferred `scope-folder` instead). The secret-profile and job-user gates come before
+any gate that takes a hold: a job naming an unknown secret profile, or whose folder is owned by
+root, is refused without a slot or a lease taken first. The spend caps come last of all, right
+before the run: nothing is reserved for a job an earlier gate would defer or refuse.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dispatch.gates.overlay import OverlayGate
 from dispatch.gates.pause import PauseGate
 from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
+from dispatch.gates.secret_profiles import SecretProfileGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
 from dispatch.gates.spend import SpendGate
@@ -63,6 +64,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         SettledGate(d.mirror),
         ProjectGate(),
         PauseGate(d.clock),
+        SecretProfileGate(),
         JobUserGate(d.docker),
         SizeGate(d.settings, d.budget, d.live_hosts),
         WaitGate(d.settings, d.slots, d.leases, d.waits, d.clock),

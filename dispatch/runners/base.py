@@ -109,6 +109,14 @@ class RunContext:
     def usage_file(self) -> Path | None:
         return None if self.usage_dir is None else self.usage_dir / USAGE_FILE
 
+    # variable -> resolved value of the job's secret references (dispatch.secrets): for the
+    # run's environment only, never the recorded Job, never shown (repr=False)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def env(self) -> dict[str, str]:
+        """The run's environment from the job: its plain values and its resolved secrets."""
+        return {**self.job.plain_env(), **self.secrets}
+
     @property
     def aborted(self) -> asyncio.Event:
         return self.signal.event

@@ -6,6 +6,9 @@ stops the writing at once: the failure is logged once (`output_write_failed`), w
 written stays, `lost` is set (and recorded as `output_lost`), and the run goes on as if
 nothing happened. The job's own result decides the job; its output is a convenience.
 
+A run's resolved secrets (`hide`) are masked in the file as they stream in
+(dispatch.secrets.mask): the job may print its environment, and this file outlives the run.
+
 The file is unbuffered (writes go straight to the kernel), so a failure surfaces at the write
 that met it rather than at a later flush or at close. Writes are synchronous: small appends
 to a local file, not worth a thread.
@@ -27,22 +30,24 @@ import contextlib
 import errno
 import io
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dispatch.log import event
 from dispatch.runners.base import TRUNCATION_MARK
+from dispatch.secrets.mask import StreamMask
 
 
 class OutputFile:
-    def __init__(self, path: Path, cap: int, job: str) -> None:
+    def __init__(self, path: Path, cap: int, job: str, *, hide: Iterable[str] = ()) -> None:
         self.path = path
         self.job = job
         self.truncated = False
         self.lost = False
         self._left = cap
         self._file: io.FileIO | None = None
+        self._mask = StreamMask(hide)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = io.FileIO(path, "wb")
@@ -56,6 +61,9 @@ class OutputFile:
 
     def write(self, data: bytes) -> bool:
         """Append up to the cap (then the mark); the same answer as `writing` afterwards."""
+        return self._put(self._mask.feed(data))
+
+    def _put(self, data: bytes) -> bool:
         if not self.writing:
             return False
         keep = data[: self._left]
@@ -70,6 +78,10 @@ class OutputFile:
         return self.writing
 
     def close(self) -> None:
+        self._put(self._mask.flush())  # the end a value could still have straddled
+        self._close_file()
+
+    def _close_file(self) -> None:
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
@@ -87,7 +99,7 @@ class OutputFile:
     def _lose(self, exc: OSError) -> None:
         event("output_write_failed", job=self.job, file=self.path.name, error=str(exc))
         self.lost = True
-        self.close()
+        self._close_file()
 
 
 def output_dir(state_dir: Path) -> Path:

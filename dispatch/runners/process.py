@@ -67,7 +67,7 @@ class ProcessRunner(Runner):
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**self.base_env, **job.env, **_usage_env(ctx)},
+                env={**self.base_env, **ctx.env(), **_usage_env(ctx)},
                 cwd=job.folder if job.kind == "local" else None,
                 start_new_session=True,
                 preexec_fn=partial(_die_with_parent, os.getpid()),
@@ -75,7 +75,7 @@ class ProcessRunner(Runner):
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)
         started = self.clock.now_ms()
-        out = OutputFile(ctx.output_path, ctx.output_cap, job.id)
+        out = OutputFile(ctx.output_path, ctx.output_cap, job.id, hide=ctx.secrets.values())
         try:
             copier = asyncio.create_task(_copy(proc, out))
             kill, stopped = await _wait_or_abort(proc, ctx)

@@ -25,6 +25,7 @@ from dispatch.config.schemas import (
     PauseWindow,
     Project,
     ScopedLimit,
+    SecretProfile,
     Trigger,
     WaitProfile,
 )
@@ -42,6 +43,10 @@ GOOD: dict[str, dict[str, Any]] = {
     "wait-profiles.json": {"version": 1, "profiles": {"jira": {"command": ["check", "{target}"]}}},
     "triggers.json": {"version": 1, "triggers": [{"id": "nightly", "cron": "0 3 * * *"}]},
     "egress.json": {"version": 1, "hosts": ["api.example.com", "*.example.org", "10.0.0.5:8000"]},
+    "secrets.json": {
+        "version": 1,
+        "profiles": {"vault": {"command": ["vault-read", "{name}"]}, "disk": {"file": "/etc/s"}},
+    },
 }
 
 # what of a file the snapshot shows, and the same taken from the file's decoded content
@@ -54,6 +59,7 @@ PART: dict[str, Callable[[ConfigSnapshot], object]] = {
     "wait-profiles.json": lambda s: s.profiles,
     "triggers.json": lambda s: None,  # not in the snapshot: only its validity is
     "egress.json": lambda s: s.egress,
+    "secrets.json": lambda s: s.secrets,
 }
 PART_OF_FILE: dict[str, Callable[[Any], object]] = {
     "settings.json": lambda c: c.settings,
@@ -64,6 +70,7 @@ PART_OF_FILE: dict[str, Callable[[Any], object]] = {
     "wait-profiles.json": lambda c: dict(c.profiles),
     "triggers.json": lambda c: None,
     "egress.json": lambda c: tuple(c.hosts),
+    "secrets.json": lambda c: dict(c.profiles),
 }
 
 
@@ -450,6 +457,7 @@ BODIES: dict[str, tuple[str, type[msgspec.Struct]]] = {
     "model-endpoints.json": ("endpoints", Endpoint),
     "wait-profiles.json": ("profiles", WaitProfile),
     "triggers.json": ("triggers", Trigger),
+    "secrets.json": ("profiles", SecretProfile),
 }
 
 
@@ -463,7 +471,7 @@ def near(name: str) -> st.SearchStrategy[bytes]:
     rows = st.dictionaries(keys, VALUES, max_size=6)
     if name == "settings.json":
         body: st.SearchStrategy[object] = rows
-    elif name == "wait-profiles.json":
+    elif name in {"wait-profiles.json", "secrets.json"}:
         body = st.dictionaries(st.sampled_from(["p", "q"]), rows, max_size=3)
     else:
         body = st.lists(rows, max_size=3)

@@ -44,8 +44,8 @@ PID 1, a `nofile` ulimit, a read-only root with a tmpfs /tmp (opt-out: read_only
 engine's log in the `local` driver, rotated and bounded, network configurable (None = the
 engine's default bridge, "none" = no network; the daemon names its own internal job network and
 passes `egress_env`, the egress proxy's variables, which a job must have to start), restart
-policy `no`, auto-remove off (the exit must be read first). The job's env is passed through
-and never logged.
+policy `no`, auto-remove off (the exit must be read first). The job's env (its resolved
+secrets included, `ctx.env()`) is passed through and never logged.
 """
 
 from __future__ import annotations
@@ -243,8 +243,9 @@ def _tmpfs(user: str, read_only: bool) -> dict[str, str]:
 
 def container_config(ctx: RunContext, plan: Plan, s: DockerSettings) -> Json:
     job = ctx.job
-    env = [f"{k}={v}" for k, v in job.env.items()] + list(plan.env)
-    if home_tmpfs(plan.user) is not None and "HOME" not in job.env:
+    job_env = ctx.env()
+    env = [f"{k}={v}" for k, v in job_env.items()] + list(plan.env)
+    if home_tmpfs(plan.user) is not None and "HOME" not in job_env:
         env.insert(0, f"HOME={HOME_DIR}")
     config: Json = {
         "Image": plan.image,
@@ -435,7 +436,7 @@ class DockerRunner(Runner):
         started_ms = self.clock.now_ms()
         name = container_name(ctx.job.id)
         event("container_started", job=ctx.job.id, attempt=ctx.attempt, container=name)
-        out = OutputFile(ctx.output_path, ctx.output_cap, ctx.job.id)
+        out = OutputFile(ctx.output_path, ctx.output_cap, ctx.job.id, hide=ctx.secrets.values())
         attached.capture(out)
         try:
             code, stopped, state = await self._await_exit(ctx, attached)
