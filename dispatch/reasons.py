@@ -59,6 +59,7 @@ HOST_BUDGET: Final = "host-budget"
 REDIS_UNAVAILABLE: Final = "redis-unavailable"
 RETRY: Final = "retry"
 ENGINE_UNAVAILABLE: Final = "engine-unavailable"
+OUTCOME_WAIT: Final = "outcome-wait"
 EGRESS_UNAVAILABLE: Final = "egress-unavailable"
 SOFT_HOLD: Final = "soft-hold"
 WAIT_AFTER: Final = "wait-after"
@@ -206,6 +207,12 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "processor",
         "the Docker engine could not be reached, so the job never started; it waits, spending "
         "no attempt, and after DISPATCH_ENGINE_WAIT_MAX it is retried as an infrastructure failure",
+    ),
+    _defer(
+        OUTCOME_WAIT,
+        "settled record",
+        "the job's previous claim stalled; before running it again, dispatch waits a moment for "
+        "that run's outcome, which a host cut off from Redis delivers once it answers",
     ),
     _defer(
         EGRESS_UNAVAILABLE,

@@ -44,6 +44,9 @@ from dispatch.records.mirror import record_runs
 
 CLAIM_RETRY_S = 1.0
 FINISH_RETRY_S = 0.5
+KEEP_EVERY_S = 1.0  # a blocked outcome is tried again this often (the settled gate waits 3 s)
+KEEP_TRIES = 3
+Kept = tuple[str, str, str, bytes]  # job id, fencing token, run id, record
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class Lane:
     due_at: float | None = None  # the clock's monotonic instant of the next delayed job
     claiming: int = 0  # claim calls in flight
     unsure: bool = False  # a claim call failed: its script may have run, its reply lost
+    keeping: set[asyncio.Task[None]] = field(default_factory=set)  # outcomes tried again
     # jobs whose wait state goes once their finish lands, and how (records/wait_state.py)
     waited: set[str] = field(default_factory=set)
     forget: Callable[[str, Sequence[str]], Awaitable[None]] | None = None
@@ -254,25 +258,44 @@ class Lane:
 
     async def _keep_outcomes(self, refused: list[Finish], claimed: ClaimBatch | None) -> None:
         """A finish refused because its claim was swept (Redis away past the lock) still knows
-        how its run ended: mirrored now, while no other claim holds the job, the re-pickup
-        settles on it instead of running the job again. The call that was refused may itself
-        have claimed the job again: that claim has run nothing yet, so its token fences the
-        write. Best effort: the sweep put the job back, so a fault here costs a rerun."""
+        how its run ended: mirrored while no other claim holds the job, the re-pickup settles
+        on it instead of running the job again. The call that was refused may itself have
+        claimed the job again: that claim has run nothing yet, so its token fences the write.
+        Another daemon's fresh claim defers one beat for exactly this (gates/settled.py), so a
+        record it blocked is tried again in the background. Best effort: a fault costs a rerun."""
         ours = {c.id: c.token for c in claimed.claims} if claimed is not None else {}
+        rows = [
+            (item.id, ours.get(item.id, item.token), item.run_id, item.run)
+            for item in refused
+            if item.run and item.action != "defer"  # a deferred run was stopped: nothing to keep
+        ]
+        left = await self._keep(rows)
+        if left:
+            task = asyncio.get_running_loop().create_task(self._keep_again(left))
+            self.keeping.add(task)
+            task.add_done_callback(self.keeping.discard)
+
+    async def _keep_again(self, rows: list[Kept]) -> None:
+        for _ in range(KEEP_TRIES):
+            if not rows or await self.life.stopped_within(KEEP_EVERY_S):
+                return
+            rows = await self._keep(rows)
+
+    async def _keep(self, rows: list[Kept]) -> list[Kept]:
+        """Store what it can; the rows refused for now (another claim holds the job)."""
+        if not rows:
+            return []
         argv: list[str | bytes | int] = []
-        for item in refused:
-            if item.run and item.action != "defer":  # a deferred run was stopped: nothing to keep
-                token = ours.get(item.id, item.token)
-                argv += [item.id, token, item.run_id, item.run, self.clock.now_ms()]
-        if not argv:
-            return
+        for job_id, token, run_id, run in rows:
+            argv += [job_id, token, run_id, run, self.clock.now_ms()]
         try:
-            kept = await record_runs(self.queue.redis, self.queue.keys, argv)
+            kept = set(await record_runs(self.queue.redis, self.queue.keys, argv))
         except (RedisError, OSError, BadCall) as exc:
             event("refused_outcome_not_kept", queue=self.name, error=str(exc))
-            return
+            return []
         if kept:
-            event("refused_outcome_kept", queue=self.name, runs=kept)
+            event("refused_outcome_kept", queue=self.name, runs=sorted(kept))
+        return [row for row in rows if row[2] not in kept]
 
     def _write_local(self, runs: Iterable[bytes]) -> None:
         """The local copy never keeps a claim from ending: the finish carries every record."""

@@ -16,15 +16,24 @@ one, is not an earlier run's. Records of the same attempt by earlier claims that
 claim can only be stopped runs (a finished run ends the job; a retried one spends the attempt),
 so the earlier claim whose record settles is one that stalled. A record written before records
 named their claim (token "") is judged by what it says alone.
+
+A stall does not always mean the run died: a daemon cut off from Redis past its lock may hold
+the outcome of a run that ended, and deliver it as soon as Redis answers, a moment after some
+daemon re-claimed the job. So the first pickup after each stall that finds no record waits one
+beat (`outcome-wait`, OUTCOME_WAIT_MS, no attempt spent): with the job back in the delayed set
+and its lock held by nobody, the late outcome is stored (lua/run_record.lua) and the next pickup
+settles on it. After a kill or a freeze nothing comes, and the job runs a few seconds later.
 """
 
 from __future__ import annotations
 
-from dispatch.gates.base import ADMIT, Decision, Pickup, Settled
+from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Settled
 from dispatch.log import event
 from dispatch.model import RunRecord
-from dispatch.reasons import COMPLETED, INFRA, JOB_REFUSED, POLICY, exit_code
+from dispatch.reasons import COMPLETED, INFRA, JOB_REFUSED, OUTCOME_WAIT, POLICY, exit_code
 from dispatch.records.mirror import RunMirror
+
+OUTCOME_WAIT_MS = 3_000  # past the lane's finish retries (0.5 s) and a keep's first retry (1 s)
 
 
 class SettledGate:
@@ -39,6 +48,8 @@ class SettledGate:
             return ADMIT
         record = await self.mirror.get(claim.queue, f"{claim.id}#{claim.attempt}")
         if record is None:
+            if await self.mirror.first_look_since_stall(claim.queue, claim.id, claim.stalls):
+                return Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
             return ADMIT
         if not settles(record, claim.token):
             event("settled_record_ignored", job=claim.id, attempt=claim.attempt, why=record.reason)

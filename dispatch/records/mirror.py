@@ -23,6 +23,7 @@ from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from dispatch.queue.scripts import checked, script
 from dispatch.records.disk_log import decode, encode
 
+OUTCOME_MARK_MS = 3_600_000
 Pending = tuple[str, RunRecord, int, "asyncio.Future[bool]"]  # queue, record, ended ms, stored
 
 
@@ -74,6 +75,13 @@ class RunMirror:
             ids = await record_runs(self.redis, queue_keys(queue, self.prefix), argv)
             stored.update((queue, run_id) for run_id in ids)
         return stored
+
+    async def first_look_since_stall(self, queue: str, job_id: str, stalls: int) -> bool:
+        """True once per (job, stall count): the settled gate's one beat of waiting for a late
+        outcome (gates/settled.py). The mark outlives any wait worth having, then goes."""
+        key = f"{self.prefix}:outcome-wait:{queue}:{job_id}:{stalls}"
+        with redis_call("run mirror"):
+            return bool(await self.redis.set(key, 1, nx=True, px=OUTCOME_MARK_MS))
 
     async def get(self, queue: str, run_id: str) -> RunRecord | None:
         """The mirrored record, or None when there is none or it does not decode; a fault of

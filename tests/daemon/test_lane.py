@@ -91,3 +91,20 @@ async def test_a_finish_refused_after_a_sweep_keeps_its_runs_outcome(
     await lane.flush()
     assert await redis.hget(lane.queue.keys.runs, "a#1") == ran
     assert await redis.hget(lane.queue.keys.runs, "b#1") is None
+
+
+async def test_an_outcome_blocked_by_a_fresh_claim_is_kept_once_that_claim_defers(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Another daemon re-claimed the job first; its settled gate defers one beat (the lock is
+    let go), and the outcome tried again in the background lands for its next look."""
+    lane = lane_of(redis, prefix, tmp_path, 0, FakeClock())
+    await lane.queue.enqueue([NewJob("a", b'{"id":"a"}')])
+    (a,) = (await lane.queue.claim(1, "h1", 60_000)).claims
+    await redis.hset(lane.queue.keys.lock, "a", "h2:99")  # swept, then taken by another host
+    ran = b'{"id":"a","attempt":1,"outcome":"completed"}'
+    lane.end(Finish("finish", "a", a.token, b"{}", run_id="a#1", run=ran), None)
+    await lane.flush()
+    assert await redis.hget(lane.queue.keys.runs, "a#1") is None and lane.keeping
+    await redis.hdel(lane.queue.keys.lock, "a")  # the other host's pickup deferred
+    assert await eventually(lambda: redis.hget(lane.queue.keys.runs, "a#1"), timeout=5) == ran

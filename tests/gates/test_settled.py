@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dispatch.gates.base import ADMIT, Pickup, Settled
-from dispatch.gates.settled import SettledGate
+from dispatch.gates.base import ADMIT, Defer, Pickup, Settled
+from dispatch.gates.settled import OUTCOME_WAIT_MS, SettledGate
 from dispatch.model import Job, RunRecord, encode_job
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
@@ -27,6 +27,7 @@ from dispatch.reasons import (
     LOCK_LOST,
     OOM,
     OPERATOR_CANCEL,
+    OUTCOME_WAIT,
     POLICY,
     SHUTDOWN,
     SIGKILLED,
@@ -136,10 +137,25 @@ async def test_a_first_pickup_never_looks(mirror) -> None:
     assert await decide(mirror, stored, pickup(stalls=0)) == ADMIT
 
 
-async def test_no_record_admits(mirror) -> None:
-    assert await SettledGate(mirror).check(pickup()) == ADMIT
+async def test_no_record_waits_one_beat_per_stall_then_admits(mirror) -> None:
+    """The stalled claim's daemon may still deliver its run's outcome (cut off from Redis):
+    the first look after each stall defers, spending nothing; the next one admits."""
+    gate = SettledGate(mirror)
+    assert await gate.check(pickup()) == Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
+    assert await gate.check(pickup()) == ADMIT
+    assert await gate.check(pickup(stalls=2)) == Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
+    assert await gate.check(pickup(stalls=0)) == ADMIT  # a first pickup: nothing can have run
+
+
+async def test_an_outcome_delivered_during_the_wait_settles_the_next_look(mirror) -> None:
+    gate = SettledGate(mirror)
+    assert isinstance(await gate.check(pickup()), Defer)
+    await stored_by_its_claim(mirror, record(outcome=COMPLETED, exit_code=0))
+    assert isinstance(await gate.check(pickup()), Settled)
 
 
 async def test_a_record_of_another_attempt_is_not_this_ones(mirror) -> None:
     await stored_by_its_claim(mirror, record(outcome=COMPLETED, exit_code=0, attempt=2))
-    assert await SettledGate(mirror).check(pickup()) == ADMIT
+    gate = SettledGate(mirror)
+    assert isinstance(await gate.check(pickup()), Defer)  # no record of this attempt yet
+    assert await gate.check(pickup()) == ADMIT
