@@ -10,7 +10,7 @@ import pytest
 
 from dispatch.runners.docker import DockerClient
 from dispatch.runners.docker.labels import LABEL_HOST
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import daemon, dispatch, dispatch_json, docker_env, wait_state
 from tests.support.polling import eventually_sync
 
 
@@ -25,18 +25,7 @@ def containers(docker_host: str, host: str) -> list[str]:
 
 @pytest.fixture
 def env(redis_url: str, prefix: str, tmp_path: Path, image: str, host_label: str) -> dict[str, str]:
-    return cli_env(
-        redis_url,
-        prefix,
-        tmp_path / "state",
-        DISPATCH_RUNNER="docker",
-        DISPATCH_HOST=host_label,
-        DISPATCH_IMAGE=image,
-        DISPATCH_LOCK_MS="4500",  # 3 x (stop grace + renewal period)
-        DISPATCH_RENEW_EVERY="0.5s",
-        DISPATCH_SHUTDOWN_GRACE="1s",
-        DISPATCH_STOP_GRACE="1s",
-    )
+    return docker_env(redis_url, prefix, tmp_path / "state", host_label, image)
 
 
 def test_a_job_runs_in_a_container_and_leaves_none(

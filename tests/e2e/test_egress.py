@@ -23,7 +23,14 @@ import pytest
 from dispatch.egress import firewall
 from dispatch.egress.network import host_addresses
 from dispatch.runners.docker import DockerClient
-from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, dispatch_json, wait_state
+from tests.support.daemons import (
+    daemon,
+    daemon_log,
+    dispatch,
+    dispatch_json,
+    docker_env,
+    wait_state,
+)
 from tests.support.docker import remove_network
 from tests.support.polling import eventually_sync
 from tests.support.redis_server import free_port, start_redis_server
@@ -67,17 +74,8 @@ def network(docker_host: str) -> Iterator[str]:
 def env(
     redis_url: str, prefix: str, tmp_path: Path, image: str, host_label: str, network: str
 ) -> dict[str, str]:
-    return cli_env(
-        redis_url,
-        prefix,
-        tmp_path / "state",
-        DISPATCH_RUNNER="docker",
-        DISPATCH_HOST=host_label,
-        DISPATCH_IMAGE=image,
-        DISPATCH_JOB_NETWORK=network,
-        DISPATCH_LOCK_MS="4500",
-        DISPATCH_SHUTDOWN_GRACE="1s",
-        DISPATCH_STOP_GRACE="1s",
+    return docker_env(
+        redis_url, prefix, tmp_path / "state", host_label, image, DISPATCH_JOB_NETWORK=network
     )
 
 

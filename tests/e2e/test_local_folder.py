@@ -14,7 +14,7 @@ import pytest
 
 from dispatch.runners.docker import DockerClient
 from dispatch.runners.docker.labels import LABEL_HOST
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
+from tests.support.daemons import daemon, dispatch, dispatch_json, docker_env, wait_state
 
 OWNER = 1000
 WRITE = ["sh", "-c", "echo hi > new.txt"]
@@ -31,17 +31,8 @@ def roots(tmp_path: Path) -> Path:
 def env(
     redis_url: str, prefix: str, tmp_path: Path, image: str, host_label: str, roots: Path
 ) -> dict[str, str]:
-    return cli_env(
-        redis_url,
-        prefix,
-        tmp_path / "state",
-        DISPATCH_RUNNER="docker",
-        DISPATCH_HOST=host_label,
-        DISPATCH_IMAGE=image,
-        DISPATCH_ALLOWED_ROOTS=str(roots),
-        DISPATCH_LOCK_MS="4500",  # 3 x (stop grace + renewal period)
-        DISPATCH_SHUTDOWN_GRACE="1s",
-        DISPATCH_STOP_GRACE="1s",
+    return docker_env(
+        redis_url, prefix, tmp_path / "state", host_label, image, DISPATCH_ALLOWED_ROOTS=str(roots)
     )
 
 

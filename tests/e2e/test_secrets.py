@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, dispatch_json, wait_state
+from tests.support.daemons import (
+    daemon,
+    daemon_log,
+    dispatch,
+    dispatch_json,
+    docker_env,
+    wait_state,
+)
 from tests.support.polling import eventually_sync
 
 VALUE = "sk-e2e-" + secrets.token_urlsafe(24)  # random: found only where it leaked
@@ -27,16 +34,8 @@ LEAKY = 'printf %s "$TOKEN" | sha256sum; echo "token=$TOKEN"; echo "$TOKEN" >&2;
 
 @pytest.fixture
 def env(redis_url: str, prefix: str, tmp_path: Path, image: str, host_label: str) -> dict[str, str]:
-    return cli_env(
-        redis_url,
-        prefix,
-        tmp_path / "state",
-        DISPATCH_RUNNER="docker",
-        DISPATCH_HOST=host_label,
-        DISPATCH_IMAGE=image,
-        DISPATCH_LOCK_MS="4500",
-        DISPATCH_SHUTDOWN_GRACE="1s",
-        DISPATCH_STOP_GRACE=f"{GRACE_S}s",
+    return docker_env(
+        redis_url, prefix, tmp_path / "state", host_label, image, DISPATCH_STOP_GRACE=f"{GRACE_S}s"
     )
 
 

@@ -40,6 +40,22 @@ def cli_env(redis_url: str | None, prefix: str, state: Path, **extra: str) -> di
     return env
 
 
+def docker_env(
+    redis_url: str, prefix: str, state: Path, host: str, image: str, **extra: str
+) -> dict[str, str]:
+    """`cli_env` for a daemon on the docker runner, with the short lock and graces the engine
+    tests share (lock 4.5 s = 3 x (stop grace + renewal period))."""
+    settings = {
+        "DISPATCH_RUNNER": "docker",
+        "DISPATCH_HOST": host,
+        "DISPATCH_IMAGE": image,
+        "DISPATCH_LOCK_MS": "4500",
+        "DISPATCH_SHUTDOWN_GRACE": "1s",
+        "DISPATCH_STOP_GRACE": "1s",
+    }
+    return cli_env(redis_url, prefix, state, **{**settings, **extra})
+
+
 def dispatch(
     env: dict[str, str], *args: str, stdin: bytes | None = None, program: Sequence[str] = SOURCE
 ) -> subprocess.CompletedProcess[str]:
