@@ -76,6 +76,8 @@ NO_COMMAND: Final = "no-command"
 COMMAND_NOT_FOUND: Final = "command-not-found"
 JOB_USER_ROOT: Final = "job-user-root"
 MOUNT_MISMATCH: Final = "mount-mismatch"
+TRIGGER_OVERLAP: Final = "trigger-overlap"
+TRIGGER_MISSED: Final = "trigger-missed"
 
 # -- aborts ---------------------------------------------------------------------------------
 OPERATOR_CANCEL: Final = "operator-cancel"
@@ -248,6 +250,18 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "runner",
         "the engine mounted something other than the job's checked folder, so the container was "
         "killed at once; someone changed the path or the engine's mounts",
+    ),
+    _refusal(
+        TRIGGER_OVERLAP,
+        "trigger overlap",
+        "the trigger's previous job was still waiting or running at this occurrence, and the "
+        "trigger says overlap skip: this occurrence is skipped",
+    ),
+    _refusal(
+        TRIGGER_MISSED,
+        "trigger catch-up",
+        "no daemon was minting when this occurrence came (downtime), and the trigger's catch-up "
+        "policy does not run it late: it was cancelled before it started",
     ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),

@@ -41,6 +41,7 @@ from dispatch.config.schemas import (
     ProjectsFile,
     ScopedLimitsFile,
     SettingsFile,
+    TriggersFile,
     WaitProfilesFile,
 )
 from dispatch.config.units import check_cpus, parse_memory
@@ -234,6 +235,18 @@ def _check_windows(content: PauseWindowsFile) -> list[str]:
         return [f"windows: cannot check ({_one_line(exc)})"]
 
 
+def _check_triggers(content: TriggersFile) -> list[str]:
+    if not content.triggers:
+        return []
+    try:
+        # lazily, like the windows: dispatch.triggers owns what a trigger means
+        from dispatch.triggers.spec import file_problems
+
+        return file_problems(content.triggers)
+    except Exception as exc:  # another module's check failing must not stop pickups
+        return [f"triggers: cannot check ({_one_line(exc)})"]
+
+
 def _check_profiles(content: WaitProfilesFile) -> list[str]:
     problems = []
     for name, profile in content.profiles.items():
@@ -258,6 +271,7 @@ _VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
     "pause-windows.json": _check_windows,
     "wait-profiles.json": _check_profiles,
     "settings.json": _check_settings,
+    "triggers.json": _check_triggers,
 }
 
 
@@ -360,6 +374,7 @@ def _build(files: list[_File]) -> ConfigSnapshot:
         endpoints=tuple(_content(good, "model-endpoints.json", EndpointsFile).endpoints),
         overlay=_content(good, "settings.json", SettingsFile).settings,
         profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
+        triggers=tuple(_content(good, "triggers.json", TriggersFile).triggers),
         overlay_error=errors.get("settings.json"),
         newer=tuple(f.name for f in files if f.newer),
         errors=errors,

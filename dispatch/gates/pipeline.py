@@ -3,7 +3,8 @@
 The dirty-tree check comes last, after the scope gate holds the folder: only then does a dirty
 tree mean the operator's own edits rather than a job of ours still at work in it (which would
 have been deferred `scope-folder` instead). The job-user gate comes before any gate that
-takes a hold: a folder owned by root is refused without a slot or a lease taken first.
+takes a hold: a folder owned by root is refused without a slot or a lease taken first. The
+trigger-overlap gate comes right after the settled one: a skipped occurrence takes no hold.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dispatch.gates.project import ProjectGate
 from dispatch.gates.scope import ScopeGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
+from dispatch.gates.trigger_overlap import TriggerOverlapGate
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.docker.runner import DockerSettings
 
@@ -50,6 +52,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
     return [
         HeadGate(),
         SettledGate(d.mirror),
+        TriggerOverlapGate(d.mirror.redis, d.settings.prefix),
         ProjectGate(),
         PauseGate(d.clock),
         JobUserGate(d.docker),
