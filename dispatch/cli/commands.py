@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import msgspec
 from redis.exceptions import RedisError
 
-from dispatch.cli import inputs
+from dispatch.cli import inputs, triggers
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
@@ -123,7 +123,7 @@ def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
         if found is None:
             raise NotFound(f"no job {args.id}")
         runs = await client.records_of(found)
-        print(view.why_json(found, runs) if args.json else view.why_text(found, runs))
+        print(await triggers.why(client, found, runs, args.json))  # the views, and its trigger
         return 0
 
     return _with_client(go, settings)
@@ -146,6 +146,14 @@ def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     return _with_client(go, settings)
+
+
+def cmd_triggers(args: argparse.Namespace, settings: Settings) -> int:
+    return _with_client(lambda client: triggers.show(client, settings, args.json), settings)
+
+
+def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
+    return _with_client(lambda client: triggers.act(client, settings, args), settings)
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
@@ -246,6 +254,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("pause", cmd_pause, "stop starting jobs fleet-wide (durable); jobs still enqueue")
     add("resume", cmd_pause, "start jobs again")
+    listing = add("triggers", cmd_triggers, "cron triggers: schedule, next and last occurrence")
+    listing.add_argument("--json", action="store_true")
+    one = add("trigger", cmd_trigger, "run a trigger now, or pause or resume it fleet-wide")
+    one.add_argument("action", choices=["run", "pause", "resume"])
+    one.add_argument("id")
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")

@@ -8,6 +8,9 @@
     image            the default job image is present (jobs never pull)
     config           every watched config file is valid and of this release's version
                      (missing files are fine); one line per broken or newer file
+    triggers         this host's trigger fingerprint against every live daemon's: a daemon
+                     whose fingerprint differs from a peer's mints nothing (a failure); a
+                     trigger the stall guard disabled is a warning
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -160,10 +163,24 @@ async def run_checks(redis_url: str, docker_host: str | None, image: str | None)
     return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
 
 
+async def trigger_checks(settings: Settings) -> list[Check]:
+    from dispatch.triggers.control import fleet_words
+
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
+    try:
+        found = await fleet_words(redis, settings)
+    except (RedisError, OSError, ConfigError):
+        return []  # the redis or config line already says why
+    finally:
+        await redis.aclose()
+    return [Check("triggers", ok, words, warn) for ok, warn, words in found]
+
+
 def report(settings: Settings, out: TextIO | None = None) -> int:
     """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
     checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
     checks += config_checks(settings.config_dir)
+    checks += asyncio.run(trigger_checks(settings))
     for check in checks:
         print(render(check), file=out or sys.stdout)
     return 1 if failed(checks) else 0

@@ -11,11 +11,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.asyncio import Redis
+
+from dispatch.config.settings import Settings
+from dispatch.config.watcher import load_once
 from dispatch.model import iso
-from dispatch.triggers.agreement import Agreement
+from dispatch.triggers.agreement import Agreement, agreement
 from dispatch.triggers.minter import MANUAL
-from dispatch.triggers.spec import Compiled, dedup_of, manual_id
+from dispatch.triggers.spec import Compiled, dedup_of, fingerprint, manual_id
 from dispatch.triggers.store import Minted, TriggerState, TriggerStore
+
+
+async def fleet_words(redis: Redis, settings: Settings) -> list[tuple[bool, bool, str]]:
+    """The doctor's lines: (ok, warning, words) for the agreement, and one per stalled trigger."""
+    snapshot = load_once(settings.config_dir)
+    if "triggers.json" in snapshot.errors:
+        return []
+    mine = fingerprint(snapshot.triggers)
+    agreed = await agreement(redis, settings.prefix, settings.host, mine)
+    lines = [(agreed.agreed, False, f"{len(snapshot.triggers)} triggers, {agreed.words()}")]
+    store = TriggerStore(redis, settings.prefix)
+    states = await store.states([t.id for t in snapshot.triggers], 0)
+    lines += [
+        (True, True, f"{tid} disabled by the stall guard ({st.disabled}): dispatch trigger resume")
+        for tid, st in states.items()
+        if st.disabled
+    ]
+    return lines
 
 
 async def run_now(store: TriggerStore, c: Compiled, now_ms: int) -> str:

@@ -112,7 +112,7 @@ class Minter:
         if not active:
             return
         if gap_from is not None:
-            await self._catch_up(c, gap_from, now)
+            await self._catch_up(c, gap_from, now, bool(st.future))
         have = {m.member for m in st.future}
         todo = [m for m in self._plan(c, now) if m.member not in have]
         if todo and await self._stalled(c, st, now):
@@ -136,12 +136,12 @@ class Minter:
         withdrawn = await self.store.withdraw(tid, m, dedup_of(tid, m.at_ms))
         event("trigger_withdrawn", trigger=tid, job=m.job_id, withdrawn=withdrawn)
 
-    async def _catch_up(self, c: Compiled, gap_from: int, now: int) -> None:
+    async def _catch_up(self, c: Compiled, gap_from: int, now: int, pending: bool) -> None:
         """After downtime: `skip` cancels the occurrences nobody started; `latest` runs the most
         recent one still within `catchupWindow`, once, and cancels the rest."""
-        if not await self.store.recent(c.id, gap_from, 1):
-            return  # the trigger is new since: nothing of it was missed
         missed = await self.store.between(c.id, gap_from, now)
+        if not missed and not pending and not await self.store.recent(c.id, now, 1):
+            return  # nothing of it was ever minted: the trigger is new, nothing was missed
         fresh = await self.store.untouched(missed)
         late = self._late_run(c, gap_from, now)
         for m, untouched in zip(missed, fresh, strict=True):
