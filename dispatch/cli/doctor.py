@@ -10,7 +10,8 @@
                      (missing files are fine); one line per broken or newer file
     triggers         this host's trigger fingerprint against every live daemon's: a daemon
                      whose fingerprint differs from a peer's mints nothing (a failure); a
-                     trigger the stall guard disabled is a warning
+                     trigger the stall guard disabled is a warning; no line for a host
+                     without triggers that agrees with its peers
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.

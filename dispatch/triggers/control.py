@@ -23,12 +23,15 @@ from dispatch.triggers.store import Minted, TriggerState, TriggerStore
 
 
 async def fleet_words(redis: Redis, settings: Settings) -> list[tuple[bool, bool, str]]:
-    """The doctor's lines: (ok, warning, words) for the agreement, and one per stalled trigger."""
+    """The doctor's lines: (ok, warning, words) for the agreement, and one per stalled trigger;
+    none on a host without triggers whose fleet agrees."""
     snapshot = load_once(settings.config_dir)
     if "triggers.json" in snapshot.errors:
         return []
     mine = fingerprint(snapshot.triggers)
     agreed = await agreement(redis, settings.prefix, settings.host, mine)
+    if not snapshot.triggers and agreed.agreed:
+        return []  # nothing to mint and nobody to disagree with: no line
     lines = [(agreed.agreed, False, f"{len(snapshot.triggers)} triggers, {agreed.words()}")]
     store = TriggerStore(redis, settings.prefix)
     states = await store.states([t.id for t in snapshot.triggers], 0)

@@ -94,6 +94,8 @@ def test_trigger_run_pause_and_resume_through_the_cli(
         rows = dispatch_json(env, "triggers")
         (row,) = rows["triggers"]
         assert row["last_job"] == job_id and row["next"] and rows["agreement"]["agreed"]
+        doctor = dispatch(env, "doctor").stdout.splitlines()
+        assert [line for line in doctor if " triggers " in line and "1 triggers, agreed" in line]
 
         paused = dispatch(env, "trigger", "pause", "yearly")
         assert paused.returncode == 0 and "1 pending" in paused.stdout, paused.stdout
