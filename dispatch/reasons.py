@@ -88,6 +88,8 @@ DOLLAR_CAP: Final = "dollar-cap"
 DAILY_TOKEN_CAP: Final = "daily-token-cap"
 JOB_USER_ROOT: Final = "job-user-root"
 MOUNT_MISMATCH: Final = "mount-mismatch"
+TRIGGER_OVERLAP: Final = "trigger-overlap"
+TRIGGER_MISSED: Final = "trigger-missed"
 SECRET_PROFILE_UNKNOWN: Final = "secret-profile-unknown"
 WAIT_SUPERSEDED: Final = "wait-superseded"
 WAIT_UNREADABLE: Final = "wait-unreadable"
@@ -313,6 +315,18 @@ ENTRIES: Final[tuple[Reason, ...]] = (
         "secret profiles",
         "an env value of the job refers to a secret profile that secrets.json on this host does "
         "not declare; declare it (on every host that takes the queue) or fix the reference",
+    ),
+    _refusal(
+        TRIGGER_OVERLAP,
+        "trigger overlap",
+        "the trigger's previous job was still waiting or running at this occurrence, and the "
+        "trigger says overlap skip: this occurrence is skipped",
+    ),
+    _refusal(
+        TRIGGER_MISSED,
+        "trigger catch-up",
+        "no daemon was minting when this occurrence came (downtime), and the trigger's catch-up "
+        "policy does not run it late: it was cancelled before it started",
     ),
     _refusal(NO_COMMAND, "runner", "the job has no command to run"),
     _refusal(COMMAND_NOT_FOUND, "runner", "the job's command could not be found or started"),

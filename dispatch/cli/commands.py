@@ -15,7 +15,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from dispatch.cli import budget as spend
-from dispatch.cli import inputs, waits
+from dispatch.cli import inputs, triggers, waits
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
@@ -131,10 +131,11 @@ def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
             raise NotFound(f"no job {args.id}")
         runs = await client.records_of(found)
         wait = await client.wait_state(found)
+        story = await triggers.why(client, found, runs, args.json)  # the views, and its trigger
         if args.json:
-            print(waits.why_json(view.why_json(found, runs), wait))
+            print(waits.why_json(story, wait))
         else:
-            print(view.why_text(found, runs))
+            print(story)
             if wait is not None and found.state in ("waiting", "delayed", "active"):
                 print(waits.why_line(wait, int(time.time() * 1000), waits.local_zone()))
         return 0
@@ -159,6 +160,14 @@ def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
         return 0
 
     return _with_client(go, settings)
+
+
+def cmd_triggers(args: argparse.Namespace, settings: Settings) -> int:
+    return _with_client(lambda client: triggers.show(client, settings, args.json), settings)
+
+
+def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
+    return _with_client(lambda client: triggers.act(client, settings, args), settings)
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
@@ -270,6 +279,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("pause", cmd_pause, "stop starting jobs fleet-wide (durable); jobs still enqueue")
     add("resume", cmd_pause, "start jobs again")
+    listing = add("triggers", cmd_triggers, "cron triggers: schedule, next and last occurrence")
+    listing.add_argument("--json", action="store_true")
+    one = add("trigger", cmd_trigger, "run a trigger now, or pause or resume it fleet-wide")
+    one.add_argument("action", choices=["run", "pause", "resume"])
+    one.add_argument("id")
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")

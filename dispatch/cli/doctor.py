@@ -16,6 +16,10 @@
     secret           one line per profile of secrets.json: its command is an executable on
                      the resolver's PATH, or its file is private to this user (chmod 600,
                      owned by whoever runs the doctor: run it as the daemon's user) and JSON
+    triggers         this host's trigger fingerprint against every live daemon's: a daemon
+                     whose fingerprint differs from a peer's mints nothing (a failure); a
+                     trigger the stall guard disabled is a warning; no line for a host
+                     without triggers that agrees with its peers
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -191,6 +195,19 @@ async def run_checks(redis_url: str, docker_host: str | None, image: str | None)
     return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
 
 
+async def trigger_checks(settings: Settings) -> list[Check]:
+    from dispatch.triggers.control import fleet_words
+
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
+    try:
+        found = await fleet_words(redis, settings)
+    except (RedisError, OSError, ConfigError):
+        return []  # the redis or config line already says why
+    finally:
+        await redis.aclose()
+    return [Check("triggers", ok, words, warn) for ok, warn, words in found]
+
+
 def report(settings: Settings, out: TextIO | None = None) -> int:
     """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
     from dispatch.cli.doctor_egress import egress_checks  # it builds on Check, defined here
@@ -200,6 +217,7 @@ def report(settings: Settings, out: TextIO | None = None) -> int:
     checks += profile_checks(settings.config_dir)
     if not failed(checks):  # a throwaway container needs the engine and the image
         checks += asyncio.run(egress_checks(settings))
+    checks += asyncio.run(trigger_checks(settings))
     for check in checks:
         print(render(check), file=out or sys.stdout)
     return 1 if failed(checks) else 0

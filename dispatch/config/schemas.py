@@ -9,6 +9,7 @@ per pickup.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 
@@ -100,9 +101,17 @@ class SecretProfile(_Row):
 
 
 class Trigger(_Row):
+    """A cron schedule that mints `job` at each occurrence (dispatch/triggers/ says how)."""
+
     id: str
-    cron: str
-    job: dict[str, object] = msgspec.field(default_factory=dict)
+    cron: str  # 5 fields, or 6 with seconds first
+    job: dict[str, object] = msgspec.field(default_factory=dict)  # a job document, no id
+    tz: str = "UTC"  # IANA name
+    catchup: Literal["skip", "latest"] = "skip"
+    catchup_window: str = "1h"  # `latest` runs a missed occurrence at most this late
+    overlap: Literal["skip", "allow"] = "skip"
+    jitter: str = "0s"  # bound of the fixed offset each trigger id gets
+    enabled: bool = True
 
 
 class EgressFile(_Row):
@@ -178,6 +187,7 @@ class ConfigSnapshot:
     profiles: dict[str, WaitProfile] = field(default_factory=dict)
     egress: tuple[str, ...] = ()  # egress.json's hosts, checked against the rule grammar
     secrets: dict[str, SecretProfile] = field(default_factory=dict)
+    triggers: tuple[Trigger, ...] = ()
     overlay_error: str | None = None  # settings.json broken: jobs are refused, not misrun
     newer: tuple[str, ...] = ()  # files written by a newer version: they hold work
     errors: dict[str, str] = field(default_factory=dict)  # file -> why its last copy is kept

@@ -72,6 +72,8 @@ class Settings:
     engine_wait_ms: int = 10 * 60_000  # how long a job waits for an unreachable Docker engine
     reconcile_s: float = 60.0  # how often the runner's runs are checked against live claims
     output_retention_s: float = 14 * 86_400.0  # captured output older than this is removed
+    trigger_every_s: float = 5.0  # how often triggers are minted ahead (dispatch/triggers/)
+    trigger_stall_max: int = 3  # infrastructure failures in a row that disable a trigger
     image: str = "dispatch-test:latest"
     job_memory: int = 4 * 1024**3  # default job size, bytes (a project's row comes first)
     job_cpus: float = 2.0
@@ -215,6 +217,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("engine_wait_ms", "DISPATCH_ENGINE_WAIT_MAX", parse_duration_ms),
     ("reconcile_s", "DISPATCH_RECONCILE_EVERY", parse_seconds),
     ("output_retention_s", "DISPATCH_OUTPUT_RETENTION", parse_seconds),
+    ("trigger_every_s", "DISPATCH_TRIGGER_EVERY", parse_seconds),
+    ("trigger_stall_max", "DISPATCH_TRIGGER_STALL_MAX", lambda raw: _whole(raw, 1, 1000)),
     ("image", "DISPATCH_IMAGE", _name),
     ("job_memory", "DISPATCH_JOB_MEMORY", parse_memory),
     ("job_cpus", "DISPATCH_JOB_CPUS", parse_cpus),
@@ -257,6 +261,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("DISPATCH_LEASE_TTL must be at least 1s and at most 24h")
     if not 0 <= s.max_stalls <= 1000:
         raise ConfigError("DISPATCH_MAX_STALLS must be 0 to 1000")
+    if not 0.1 <= s.trigger_every_s <= 60:  # occurrences are minted this far ahead, times 3
+        raise ConfigError("DISPATCH_TRIGGER_EVERY must be at least 100ms and at most 1m")
     if s.reconcile_s < 1:  # each round lists the engine's containers: not a busy loop
         raise ConfigError("DISPATCH_RECONCILE_EVERY must be at least 1s")
     # a run's file is new when the run starts: a retention longer than one pruning pass means

@@ -44,6 +44,7 @@ from dispatch.config.schemas import (
     ScopedLimitsFile,
     SecretsFile,
     SettingsFile,
+    TriggersFile,
     WaitProfilesFile,
 )
 from dispatch.config.units import check_cpus, parse_memory
@@ -227,6 +228,18 @@ def _check_windows(content: PauseWindowsFile) -> list[str]:
         return [f"windows: cannot check ({_one_line(exc)})"]
 
 
+def _check_triggers(content: TriggersFile) -> list[str]:
+    if not content.triggers:
+        return []
+    try:
+        # lazily, like the windows: dispatch.triggers owns what a trigger means
+        from dispatch.triggers.spec import file_problems
+
+        return file_problems(content.triggers)
+    except Exception as exc:  # another module's check failing must not stop pickups
+        return [f"triggers: cannot check ({_one_line(exc)})"]
+
+
 def _check_profiles(content: WaitProfilesFile) -> list[str]:
     problems = []
     for name, profile in content.profiles.items():
@@ -282,6 +295,7 @@ _VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
     "settings.json": _check_settings,
     "egress.json": _check_egress,
     "secrets.json": _check_secrets,
+    "triggers.json": _check_triggers,
 }
 
 
@@ -386,6 +400,7 @@ def _build(files: list[_File]) -> ConfigSnapshot:
         profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
         egress=tuple(_content(good, "egress.json", EgressFile).hosts),
         secrets=dict(_content(good, "secrets.json", SecretsFile).profiles),
+        triggers=tuple(_content(good, "triggers.json", TriggersFile).triggers),
         overlay_error=errors.get("settings.json"),
         newer=tuple(f.name for f in files if f.newer),
         errors=errors,

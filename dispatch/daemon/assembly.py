@@ -48,6 +48,7 @@ from dispatch.runners.base import Runner
 from dispatch.runners.docker.runner import DockerRunner
 from dispatch.runners.output import output_dir
 from dispatch.runners.process import ProcessRunner
+from dispatch.triggers.minter import Minter
 
 HELD_BY_CONFIG = frozenset({NEWER_RELEASE, PAUSE_WINDOW})
 
@@ -94,7 +95,15 @@ async def _serve_as_owner(
         ) as processor,
     ):
         runner = processor.runner
-        worker = Worker(settings, redis, processor, blocking=blocking, records=processor.local_log)
+        minter = Minter(settings, redis, SystemClock(), config.current)
+        worker = Worker(
+            settings,
+            redis,
+            processor,
+            blocking=blocking,
+            records=processor.local_log,
+            minter=minter,
+        )
         left = _left_records(processor)
         async with _owned(owner, worker, stop):
             # nothing is claimed before the runs a predecessor left are known gone

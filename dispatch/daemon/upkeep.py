@@ -5,8 +5,9 @@ sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline p
            first does it, so a dead host's jobs come back within lock + one sweep period;
            then the spend reservations of claims gone on two sweeps in a row are settled
            at their reserved amount (runs lost with their daemon; dispatch/budget/ledger.py);
-heartbeat  this host's alive key (with its running count), which other hosts count and
-           `dispatch cancel` asks before it waits for an acknowledgement;
+heartbeat  this host's alive key (with its running count, and its trigger fingerprint for
+           the fleet agreement of dispatch/triggers/agreement.py), which other hosts count
+           and `dispatch cancel` asks before it waits for an acknowledgement;
 output     at start and then hourly: captured output files last written longer than
            `DISPATCH_OUTPUT_RETENTION` ago are removed, except those of the claims this
            process holds. A live run's file is kept by name, not trusted to a recent mtime: a
@@ -45,6 +46,7 @@ class Upkeep:
         clock: Clock,
         running: Callable[[], int],
         claims: Callable[[], Iterable[Claim]] = tuple,
+        fingerprint: Callable[[], str] | None = None,
     ) -> None:
         self.s = settings
         self.redis = redis
@@ -52,6 +54,7 @@ class Upkeep:
         self.running = running
         self.claims = claims  # what this process holds now: their runs' output stays
         self.spend = SpendLedger(redis, settings.prefix)
+        self.fingerprint = fingerprint
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -79,7 +82,10 @@ class Upkeep:
 
     async def beat(self, period_s: float) -> None:
         alive = keys.host_alive(self.s.host, self.s.prefix)
-        payload = encoder.encode({"host": self.s.host, "running": self.running()})
+        beat: dict[str, object] = {"host": self.s.host, "running": self.running()}
+        if self.fingerprint is not None:
+            beat["triggers"] = self.fingerprint()
+        payload = encoder.encode(beat)
         await self.redis.set(alive, payload, px=int(period_s * 3000))
         # the pause is followed every other beat (an idle daemon stays near one command a
         # second); the first beat, before any claim, also registers the queues

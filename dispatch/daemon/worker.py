@@ -5,6 +5,7 @@ It is assembled from small parts, each testable alone with the injected clock:
   `lock_keeper.LockKeeper` renews every claim, delivers cancel requests, and stops a run
                            before its claim can lapse;
   `upkeep.Upkeep`          stall sweeps per queue, the heartbeat, output pruning;
+  `triggers.minter.Minter` mints cron triggers' occurrences ahead (once before the first claim);
   `capacity.Capacity`      how many more jobs this host may take.
 Every loop runs supervised (`tasks.py`): an exception is logged and the loop restarted with
 backoff; nothing ends silently, nothing cancels the daemon. The worker itself only starts a
@@ -38,6 +39,7 @@ from dispatch.queue.transitions import Claim, Finish, Queue
 from dispatch.reasons import LOCK_LOST, SHUTDOWN
 from dispatch.records.disk_log import RecordLog, encode
 from dispatch.records.wait_state import WaitStates
+from dispatch.triggers.minter import Minter
 
 __all__ = ["Running", "Timing", "Worker"]
 
@@ -58,8 +60,10 @@ class Worker:
         timing: Timing | None = None,
         clock: Clock | None = None,
         records: RecordLog | None = None,
+        minter: Minter | None = None,
     ) -> None:
         self.s = settings
+        self.minter = minter
         self.redis = redis
         self.processor = processor
         self.t = timing or Timing()
@@ -82,6 +86,7 @@ class Worker:
             self.clock,
             lambda: len(self.running),
             lambda: [entry.claim for entry in self.running.values()],
+            minter.fingerprint if minter else None,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -129,6 +134,7 @@ class Worker:
                 await load_all(self.redis)
                 await self.upkeep.beat(self.t.heartbeat_s)
                 await self.redis.sadd(keys.hosts_registry(self.s.prefix), self.s.host)
+                await self._mint_first()
                 return True
             except (RedisError, RedisUnavailable, OSError) as exc:
                 event("start_retry", error=str(exc) or type(exc).__name__, in_s=backoff)
@@ -136,6 +142,16 @@ class Worker:
                 await asyncio.wait_for(stop.wait(), backoff)
             backoff = min(backoff * 2, MAX_START_RETRY_S)
         return False
+
+    async def _mint_first(self) -> None:
+        """Before any claim: after downtime the catch-up policy must see the missed
+        occurrences before a claim starts them. A failure is logged; the loop tries again."""
+        if self.minter is None:
+            return
+        try:
+            await self.minter.tick()
+        except Exception as exc:
+            event("step_failed", task="triggers", error=f"{type(exc).__name__}: {exc}")
 
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
         life = self.life
@@ -150,6 +166,8 @@ class Worker:
                 "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
         ]
+        if self.minter is not None:
+            loops.append(every("triggers", self.s.trigger_every_s, self.minter.tick, life))
         for name, lane in self.lanes.items():
             loops += [
                 supervised(f"pump:{name}", lane.pump, life),

@@ -6,6 +6,7 @@ have been deferred `scope-folder` instead). The secret-profile and job-user gate
 any gate that takes a hold: a job naming an unknown secret profile, or whose folder is owned by
 root, is refused without a slot or a lease taken first. The spend caps come last of all, right
 before the run: nothing is reserved for a job an earlier gate would defer or refuse.
+The trigger-overlap gate comes right after the settled one: a skipped occurrence takes no hold.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dispatch.gates.secret_profiles import SecretProfileGate
 from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
 from dispatch.gates.spend import SpendGate
+from dispatch.gates.trigger_overlap import TriggerOverlapGate
 from dispatch.gates.wait import WaitGate
 from dispatch.gates.wait_look import WaitParts
 from dispatch.records.mirror import RunMirror
@@ -62,6 +64,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
     return [
         HeadGate(),
         SettledGate(d.mirror),
+        TriggerOverlapGate(d.mirror.redis, d.settings.prefix),
         ProjectGate(),
         PauseGate(d.clock),
         SecretProfileGate(),

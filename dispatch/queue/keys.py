@@ -148,3 +148,23 @@ class BudgetKeys:
 def budget_keys(prefix: str = DEFAULT_PREFIX) -> BudgetKeys:
     tag = "{" + prefix + ":budget}"
     return BudgetKeys(tag, f"{tag}:open")
+
+
+def trigger_state(trigger_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """HASH of one trigger: paused, disabled (stall guard), since, skipped, last_skip, caught_up."""
+    return f"{prefix}:trigger:{trigger_id}"
+
+
+def trigger_minted(trigger_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """ZSET "<job id> <queue> <sig>" -> occurrence ms: the jobs a trigger minted, newest kept."""
+    return f"{prefix}:trigger:{trigger_id}:minted"
+
+
+def triggers_registry(prefix: str = DEFAULT_PREFIX) -> str:
+    """SET of trigger ids with minted jobs, so a trigger removed from the file is found."""
+    return f"{prefix}:triggers"
+
+
+def triggers_seen(prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING the epoch ms of the fleet's last minting round: a long gap means downtime."""
+    return f"{prefix}:triggers:seen"

@@ -265,6 +265,14 @@ class Queue:
         )
         return int(reply[0]), _text(reply[1]) if len(reply) > 1 else ""
 
+    async def withdraw(self, job_id: str, dedup: str = "") -> bool:
+        """Take back a delayed job no one has claimed, freeing its id and dedup key; False
+        when it is not delayed or was claimed before (it is left as it is)."""
+        k = self.keys
+        keys = [k.delayed, k.data, k.queued, k.defer, k.attempts, k.dedup, k.dedup_exp]
+        reply = await script("job_withdraw")(self.redis, keys, [job_id, dedup])
+        return int(checked(reply, f"withdraw {job_id}")) == 1
+
     async def request_cancel(self, job_id: str, token: str, ttl_ms: int) -> None:
         """Raise LockLost when the claim moved on before the request landed."""
         k = self.keys

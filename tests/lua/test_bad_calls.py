@@ -147,6 +147,11 @@ CALLS = {
         [IDS, JSON, RUN_IDS, JSON],
     ),
     "job_cancel_request": Call(queue("lock cancel"), ["c", "h:1", 5_000], [IDS, TOKENS, LOCK]),
+    "job_withdraw": Call(
+        queue("delayed data queued defer attempts dedup dedup_exp"),
+        ["b", ""],
+        [IDS, text(1024, empty_ok=True)],
+    ),
     "queue_unpause": Call(queue("paused marker"), ["fleet:x"], [text(255)]),
     "job_handback": Call(
         queue("active lock wait marker cancel attempts runs"), ["c", "h:1"], [IDS, TOKENS], batch=2

@@ -39,6 +39,7 @@ KEYS = {
         "job_cancel_request": "lock cancel",
         "queue_unpause": "paused marker",
         "job_handback": "active lock wait marker cancel attempts runs",
+        "job_withdraw": "delayed data queued defer attempts dedup dedup_exp",
     }.items()
 }
 
@@ -753,6 +754,38 @@ async def test_missing_args_are_bad_input(q: Q, name, args) -> None:
     await expired_claims(q, 1)
     await q.enqueue("w")
     await assert_bad_input_writes_nothing(q, name, args)
+
+
+# -- job_withdraw --------------------------------------------------------------------------
+
+
+async def test_withdraw_takes_back_a_delayed_job_and_frees_its_id_and_dedup(q: Q) -> None:
+    assert await q.enqueue("t", delay=60_000, dedup="k", window=60_000) == [1, b"t"]
+    assert await q.call("job_withdraw", "t", "k") == 1
+    assert await q.state("t") == []
+    assert await q.redis.hget(q.k.dedup, "k") is None
+    assert await q.redis.hget(q.k.queued, "t") is None
+    # the same id and dedup key make a new job, not a duplicate of the withdrawn one
+    assert await q.enqueue("t", delay=60_000, dedup="k", window=60_000) == [1, b"t"]
+
+
+async def test_withdraw_leaves_a_job_that_was_claimed_or_is_not_delayed(q: Q) -> None:
+    await q.enqueue("w")
+    await q.enqueue("d", delay=60_000)
+    await q.redis.hset(q.k.defer, "d", b"{}")  # picked up once and deferred
+    await q.enqueue("a", delay=60_000)
+    await q.redis.hset(q.k.attempts, "a", 1)  # retried: an attempt spent
+    before = await q.snapshot()
+    for job_id in ("w", "d", "a", "nope"):
+        assert await q.call("job_withdraw", job_id, "") == 0
+    assert await q.snapshot() == before
+
+
+async def test_withdraw_keeps_a_dedup_key_another_job_holds(q: Q) -> None:
+    await q.enqueue("first", delay=60_000, dedup="k", window=60_000)
+    await q.enqueue("other", delay=60_000)
+    assert await q.call("job_withdraw", "other", "k") == 1
+    assert (await q.redis.hget(q.k.dedup, "k") or b"").endswith(b" first")
 
 
 # -- job_cancel_request --------------------------------------------------------------------

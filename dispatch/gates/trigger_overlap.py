@@ -1,0 +1,54 @@
+"""Trigger-overlap gate: a trigger with `overlap: skip` starts no occurrence while the job of
+its previous occurrence (or of a `dispatch trigger run`) still waits or runs.
+
+It is decided here, at pickup, because occurrences are minted ahead (dispatch/triggers/): when
+an occurrence's job was made, its predecessor had not even started. The predecessor is the
+trigger's minted job with the latest instant before this one's; a job that is no trigger's,
+a manual run, or one whose trigger is gone from the file or says `overlap: allow` is admitted.
+The skip is a refusal (`trigger-overlap`, not retried), counted on the trigger's `skipped`.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
+from dispatch.log import event
+from dispatch.model import iso
+from dispatch.reasons import TRIGGER_OVERLAP
+from dispatch.triggers.spec import dedup_origin
+from dispatch.triggers.store import TriggerStore
+
+
+class TriggerOverlapGate:
+    name = TRIGGER_OVERLAP  # the gate is named for the one reason it gives
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self.store = TriggerStore(redis, prefix)
+
+    async def check(self, pickup: Pickup) -> Decision:
+        origin = dedup_origin(pickup.job.dedup)
+        if origin is None or origin.manual:
+            return ADMIT
+        trigger = next((t for t in pickup.config.triggers if t.id == origin.trigger), None)
+        if trigger is None or trigger.overlap != "skip":
+            return ADMIT
+        before = await self.store.recent(origin.trigger, origin.at_ms - 1, 1)
+        if not before or before[0].job_id == pickup.job.id:
+            return ADMIT
+        previous = before[0]
+        if not await self.store.live(previous):
+            return ADMIT
+        at = iso(origin.at_ms)
+        await self.store.note_skipped(origin.trigger, 1, f"{at} overlap with {previous.job_id}")
+        event(
+            "trigger_overlap_skipped",
+            trigger=origin.trigger,
+            job=pickup.job.id,
+            previous=previous.job_id,
+        )
+        return Refuse(
+            TRIGGER_OVERLAP,
+            f"trigger {origin.trigger}'s previous job {previous.job_id} still waits or runs, so"
+            f" its occurrence at {at} is skipped (overlap: skip)",
+        )
