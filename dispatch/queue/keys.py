@@ -118,6 +118,12 @@ def wait_state(queue: str, job_id: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}:wait:state:{queue}:{job_id}"
 
 
+def outcome_wait(queue: str, job_id: str, stalls: int, prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING set once per (job, stall count): the settled gate's one beat of waiting for a
+    stalled run's late outcome (gates/settled.py), with a TTL."""
+    return f"{prefix}:outcome-wait:{queue}:{job_id}:{stalls}"
+
+
 def wait_claim(identity: str, prefix: str = DEFAULT_PREFIX) -> str:
     """STRING "<queue> <job id>" of the job holding a wait identity, with a TTL."""
     return f"{prefix}:wait:claim:{identity}"

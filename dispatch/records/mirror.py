@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from dispatch.model import RunRecord
 from dispatch.queue.faults import redis_call
-from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
+from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, outcome_wait, queue_keys
 from dispatch.queue.scripts import checked, script
 from dispatch.records.disk_log import decode, encode
 
@@ -79,7 +79,7 @@ class RunMirror:
     async def first_look_since_stall(self, queue: str, job_id: str, stalls: int) -> bool:
         """True once per (job, stall count): the settled gate's one beat of waiting for a late
         outcome (gates/settled.py). The mark outlives any wait worth having, then goes."""
-        key = f"{self.prefix}:outcome-wait:{queue}:{job_id}:{stalls}"
+        key = outcome_wait(queue, job_id, stalls, self.prefix)
         with redis_call("run mirror"):
             return bool(await self.redis.set(key, 1, nx=True, px=OUTCOME_MARK_MS))
 
