@@ -36,8 +36,8 @@ from typing import Any
 import msgspec
 from redis.exceptions import RedisError
 
-from dispatch.budget import usage
 from dispatch.budget.charge import Charge, charge
+from dispatch.budget.usage import Usage, UsageDirs
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon.engine_wait import EngineWait
@@ -94,7 +94,6 @@ from dispatch.records.disk_log import RecordLog
 from dispatch.records.disk_log import encode as encode_record
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import (
-    USAGE_FILE,
     AbortSignal,
     RunContext,
     Runner,
@@ -170,6 +169,7 @@ class Processor:
         self.engine_wait = engine_wait
         self.local_log = local_log
         self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
+        self._usage = UsageDirs(settings.usage_dir) if settings.usage_dir else None
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         ending = await self._process(claim, signal)
@@ -246,7 +246,7 @@ class Processor:
         if signal.reason == OPERATOR_CANCEL:  # cancelled in the gates: it never starts
             event("job_cancelled_before_start", job=claim.id)
             return Ending("finish", self._cancel_result())
-        ctx.usage_dir = await self._usage_dir(claim)
+        self._usage_dir(ctx)
         timer = asyncio.get_running_loop().call_later(
             job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
         )
@@ -254,7 +254,7 @@ class Processor:
             result = await run_with_secrets(ctx, pickup.config.secrets, self._watch)
         finally:
             timer.cancel()
-        charged = await self._charge(pickup, ctx, result)
+        charged = self._charge(pickup, ctx, result)
         if signal.reason == OPERATOR_CANCEL and not result.started:  # while its secrets resolved
             event("job_cancelled_before_start", job=claim.id)
             return Ending("finish", self._cancel_result())
@@ -273,18 +273,19 @@ class Processor:
             ending.mirrored = await self._mirror(claim, ending.record)
         return ending
 
-    async def _usage_dir(self, claim: Claim) -> Path | None:
-        if self.s.usage_dir is None:
-            return None
-        name = output_name(claim.id, claim.attempt, claim.token).removesuffix(".log")
-        return await asyncio.to_thread(usage.prepare, self.s.usage_dir, name)
+    def _usage_dir(self, ctx: RunContext) -> None:
+        """On the loop: a few syscalls in the state dir (local, like the run log) cost less
+        than the hop to a thread and back."""
+        if self._usage is not None:
+            ctx.usage_dir = self._usage.take()
+            ctx.usage_name = ctx.output_path.name.removesuffix(".log") + ".json"
 
-    async def _charge(self, pickup: Pickup, ctx: RunContext, result: RunResult) -> Charge:
+    def _charge(self, pickup: Pickup, ctx: RunContext, result: RunResult) -> Charge:
         """Read the run's usage report and settle (or refund) its spend reservation, in the
         background: a Redis fault there never holds up or fails the job's end."""
-        report = await asyncio.to_thread(
-            usage.read_and_remove, ctx.usage_dir, USAGE_FILE, ctx.job.id
-        )
+        report = Usage()
+        if self._usage is not None:
+            report = self._usage.read_and_return(ctx.usage_dir, ctx.usage_name, ctx.job.id)
         return charge(pickup.spend, report, result.started, result.exit_code)
 
     def _log_local(self, record: RunRecord) -> bool:
@@ -293,7 +294,7 @@ class Processor:
         if self.local_log is None:
             return False
         try:
-            self.local_log.append([encode_record(record)])
+            self.local_log.append_soon(encode_record(record))
         except Exception as exc:  # the finish carries the record to Redis all the same
             event("run_log_failed", job=record.id, error=f"{type(exc).__name__}: {exc}")
             return False

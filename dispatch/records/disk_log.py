@@ -15,6 +15,7 @@ skips it. The same check runs when the file is first opened, for a line a crash 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import io
@@ -47,14 +48,27 @@ class RecordLog:
         self.rotate_bytes = rotate_bytes
         self._file: io.FileIO | None = None
         self._dropped = 0  # records lost in the current failure streak; 0 when writes succeed
+        self._soon: list[bytes] = []  # records of this loop tick, written together at its end
         state_dir.mkdir(parents=True, exist_ok=True)
+
+    def append_soon(self, line: bytes) -> None:
+        """Queue one record for a write at the end of this loop tick, with the others of the
+        tick: callbacks run in the order they were scheduled, so it is on disk before anything
+        its caller sends after its next await (the mirror's write, the finish)."""
+        self._soon.append(line)
+        if len(self._soon) == 1:
+            asyncio.get_running_loop().call_soon(self._write_soon)
+
+    def _write_soon(self) -> None:
+        if self._soon:
+            self.append(())
 
     def append(self, lines: Iterable[bytes]) -> bool:
         """Write encoded records in one write: a batch of completions costs one syscall.
 
         The file stays open between batches (O_APPEND: each write lands whole at the end).
         False when the disk failed them: they were dropped here, and logged."""
-        records = list(lines)
+        records, self._soon = [*self._soon, *lines], []
         blob = b"".join(line + b"\n" for line in records)
         if not blob:
             return True
@@ -105,6 +119,7 @@ class RecordLog:
         self.close()  # opened again, and checked for a torn line, at the next write
 
     def close(self) -> None:
+        self._write_soon()
         if self._file is not None:
             with contextlib.suppress(OSError):  # nothing is buffered: nothing to lose here
                 self._file.close()

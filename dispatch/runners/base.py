@@ -104,10 +104,11 @@ class RunContext:
     output_cap: int = OUTPUT_CAP_BYTES
     signal: AbortSignal = field(default_factory=AbortSignal)
     usage_dir: Path | None = None  # this run's own writable dir for its usage report
+    usage_name: str = USAGE_FILE  # the report's name in it, fresh for each run
 
     @property
     def usage_file(self) -> Path | None:
-        return None if self.usage_dir is None else self.usage_dir / USAGE_FILE
+        return None if self.usage_dir is None else self.usage_dir / self.usage_name
 
     # variable -> resolved value of the job's secret references (dispatch.secrets): for the
     # run's environment only, never the recorded Job, never shown (repr=False)

@@ -80,7 +80,18 @@ async def test_a_reported_cost_settles_the_reservation_up_or_down(
     assert await counter(ledger, "usd") == (round(cost * MICRO), 0)
     assert await counter(ledger, "runs") == (1, 0)
     assert await counter(ledger, "tokens") == (1500, 0)
-    assert list((tmp_path / "usage").iterdir()) == []  # the run's dir is gone
+    (slot,) = (tmp_path / "usage").iterdir()  # kept for the next run, with nothing in it
+    assert list(slot.iterdir()) == []
+
+
+async def test_each_run_gets_its_own_report_name_in_a_reused_dir(tmp_path: Path, ledger) -> None:
+    seen = tmp_path / "seen"
+    job = Job(id="j1", command=["/bin/sh", "-c", f'echo "$DISPATCH_USAGE" >> {seen}'])
+    p = processor(tmp_path, ledger, ProcessRunner(), maxCostUsd=2)
+    await run(p, ledger, job)
+    await run(p, ledger, msgspec.structs.replace(job, id="j2"))
+    first, second = (Path(line) for line in seen.read_text().splitlines())
+    assert first.parent == second.parent and first.name != second.name
 
 
 @pytest.mark.parametrize("report", ["", "not json", '{"costUsd": -1}', '{"tokens": 5}'])

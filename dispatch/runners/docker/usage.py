@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatch.runners.base import USAGE_ENV, USAGE_FILE, RunContext
+from dispatch.runners.base import USAGE_ENV, RunContext
 
 USAGE_TARGET = "/run/dispatch-usage"
 
@@ -19,5 +19,5 @@ def with_usage(config: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     host = config.setdefault("HostConfig", {})
     host["Mounts"] = [*host.get("Mounts", []), {**mount, "ReadOnly": False}]
     # last, so a job's own env cannot point the report elsewhere
-    config["Env"] = [*config.get("Env", []), f"{USAGE_ENV}={USAGE_TARGET}/{USAGE_FILE}"]
+    config["Env"] = [*config.get("Env", []), f"{USAGE_ENV}={USAGE_TARGET}/{ctx.usage_name}"]
     return config
