@@ -75,7 +75,7 @@ class LockKeeper:
             quiet = now - entry.renewed_at
             if quiet >= self.lost_after_s:
                 entry.signal.abort(LOCK_LOST, urgent=True)
-            elif quiet >= self.stop_after_s and not entry.signal.event.is_set():
+            elif quiet >= self.stop_after_s and not entry.signal.is_set:
                 event("lock_deadline_stop", job=entry.claim.id, quiet_s=round(quiet, 3))
                 entry.signal.abort(LOCK_LOST)
 
@@ -102,7 +102,7 @@ class LockKeeper:
             await self._take_cancel(queue, held[job_id])
 
     async def _take_cancel(self, queue: Queue, entry: Running) -> None:
-        if entry.signal.event.is_set():
+        if entry.signal.is_set:
             return
         entry.signal.abort(OPERATOR_CANCEL)
         event("cancel_taken", job=entry.claim.id)

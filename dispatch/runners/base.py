@@ -57,14 +57,37 @@ class AbortSignal:
     `urgent` cuts the stop grace short: set when the claim is known or presumed lost, so the
     run is killed at once rather than after the grace (another host may already run it)."""
 
-    __slots__ = ("_before_start", "_callbacks", "event", "reason", "urgent")
+    __slots__ = ("_before_start", "_callbacks", "_event", "_urgent", "is_urgent", "reason")
 
     def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.urgent = asyncio.Event()
-        self.reason = ""
+        self.reason = ""  # "" until aborted
+        self.is_urgent = False
+        self._event: asyncio.Event | None = None  # made on first look: most runs never wait
+        self._urgent: asyncio.Event | None = None
         self._callbacks: list[Callable[[], object]] = []
         self._before_start: Callable[[], object] | None = None
+
+    @property
+    def event(self) -> asyncio.Event:
+        """Set once aborted."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            if self.reason:
+                self._event.set()
+        return self._event
+
+    @property
+    def urgent(self) -> asyncio.Event:
+        """Set once the stop must not wait out the grace."""
+        if self._urgent is None:
+            self._urgent = asyncio.Event()
+            if self.is_urgent:
+                self._urgent.set()
+        return self._urgent
+
+    @property
+    def is_set(self) -> bool:
+        return bool(self.reason)
 
     def judged_by(self, judge: Callable[[], object]) -> None:
         """Who looks at the claim once more just before its run starts (the lock keeper)."""
@@ -77,17 +100,20 @@ class AbortSignal:
             self._before_start()
 
     def abort(self, reason: str, *, urgent: bool = False) -> None:
-        if urgent:
-            self.urgent.set()
-        if not self.event.is_set():
-            self.reason = reason
-            self.event.set()
+        if urgent and not self.is_urgent:
+            self.is_urgent = True
+            if self._urgent is not None:
+                self._urgent.set()
+        if not self.reason:
+            self.reason = reason or "aborted"
+            if self._event is not None:
+                self._event.set()
             for callback in self._callbacks:
                 callback()
 
     def when_aborted(self, callback: Callable[[], object]) -> None:
         """Call back on abort (at once if already aborted): cheaper than a task per job."""
-        if self.event.is_set():
+        if self.reason:
             callback()
         else:
             self._callbacks.append(callback)
@@ -135,7 +161,7 @@ class RunContext:
         container start) with no await before it: a daemon frozen anywhere earlier on the
         way finds its claim lost here, not at its next renewal tick after the run began."""
         self.signal.before_start()
-        return not self.signal.event.is_set()
+        return not self.signal.is_set
 
 
 async def within_grace(ctx: RunContext, stopping: asyncio.Future[Any]) -> bool:

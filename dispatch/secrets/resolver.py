@@ -63,7 +63,7 @@ async def resolve(
 async def resolve_one(
     ref: SecretRef, profiles: Mapping[str, SecretProfile], abort: AbortSignal
 ) -> str:
-    if abort.event.is_set():
+    if abort.is_set:
         raise Aborted
     profile = profiles.get(ref.profile)
     if profile is None:  # declared when the gate looked, gone since (secrets.json changed)
@@ -155,7 +155,7 @@ async def _finished(
     if done.done():
         return done.result()
     done.cancel()
-    if abort.event.is_set():
+    if abort.is_set:
         raise Aborted
     raise Unresolved(f"{who} timed out after {timeout_s:g}s")
 
