@@ -12,6 +12,8 @@ Phases, in order:
   enqueue   N jobs into a paused queue, `--batch` per `Queue.enqueue` call; no daemon runs.
   process   P daemons start, go idle, then the queue is resumed: from the server instant of
             the resume to the last finish (server clock), enqueue -> claim -> complete.
+            The daemons' RSS is read once a tenth of the jobs is done and at the end
+            (`--jobs 200000`: the memory target compares RSS at 20,000 and at 200,000).
   spread    1,000 delayed jobs due one every 5 ms over 5 s;
   burst     1,000 delayed jobs due at one instant. Lateness = when the runner is called
             (time.time()) minus the job's due instant (from Redis TIME: one machine, one clock).
@@ -36,6 +38,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,10 +73,12 @@ BENIGN = {"worker_started", "worker_draining", "worker_stopped"}
 
 
 class NoopRunner(Runner):
-    """Returns at once; notes each job it ran and, for a delayed one, how late it was called."""
+    """Returns at once; notes each job it ran (in a file, so that a long run's memory is the
+    daemon's own) and, for a delayed one, how late it was called."""
 
-    def __init__(self) -> None:
-        self.ids: list[str] = []
+    def __init__(self, ids_path: Path) -> None:
+        self.ids_path = ids_path
+        self.ids = open(ids_path, "a")  # noqa: SIM115 - closed by `ran`
         self.lateness_ms: dict[str, list[float]] = {}
 
     async def run(self, ctx: RunContext) -> RunResult:
@@ -82,7 +87,7 @@ class NoopRunner(Runner):
         if "BENCH_DUE_MS" in env:
             late = now * 1000 - int(env["BENCH_DUE_MS"])
             self.lateness_ms.setdefault(env["BENCH_PHASE"], []).append(late)
-        self.ids.append(ctx.job.id)
+        self.ids.write(ctx.job.id + "\n")
         now_ms = int(now * 1000)
         return RunResult(started=True, exit_code=0, started_ms=now_ms, ended_ms=now_ms)
 
@@ -91,6 +96,10 @@ class NoopRunner(Runner):
 
     async def settle(self) -> None:
         pass
+
+    def ran(self) -> list[str]:
+        self.ids.close()
+        return self.ids_path.read_text().split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +123,7 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
         state_dir=spec.state_dir,
     )
     redis, blocking = redis_client(spec.url, 15), redis_client(spec.url, 30)
-    runner = NoopRunner()
+    runner = NoopRunner(spec.state_dir / "ran.txt")
     async with contextlib.AsyncExitStack() as stack:
         if spec.gates:  # every gate, as `dispatch worker` runs them, on an empty config dir
             config = ConfigFiles(spec.state_dir / "config", SystemClock())
@@ -132,7 +141,7 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
         await task
     await redis.aclose()
     await blocking.aclose()
-    return {"host": spec.host, "ids": runner.ids, "lateness_ms": runner.lateness_ms}
+    return {"host": spec.host, "ids": runner.ran(), "lateness_ms": runner.lateness_ms}
 
 
 def daemon_main(spec: DaemonSpec, stop_flag: Any, out: Any) -> None:
@@ -179,6 +188,14 @@ class Fleet:
                 fields = f.read().rpartition(")")[2].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime
         return total / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> float:
+        """Resident memory of the daemon processes now."""
+        total = 0
+        for p in self.procs:
+            with open(f"/proc/{p.pid}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        return total / 1024
 
     def stop(self) -> list[Row]:
         self.stop_flag.set()
@@ -258,8 +275,11 @@ async def enqueue(queue: Queue, jobs: list[NewJob], batch: int) -> float:
     return elapsed
 
 
-async def drained(queue: Queue, timeout_s: float = 90.0) -> int:
-    """Poll until nothing waits, runs or is delayed; return how many polls it took."""
+async def drained(
+    queue: Queue, timeout_s: float = 90.0, on_poll: Callable[[int], None] | None = None
+) -> int:
+    """Poll until nothing waits, runs or is delayed; return how many polls it took. `on_poll`
+    is told how many jobs are still in the queue at each poll."""
     k, polls = queue.keys, 0
     deadline = time.monotonic() + timeout_s
     while True:
@@ -269,6 +289,8 @@ async def drained(queue: Queue, timeout_s: float = 90.0) -> int:
             pipe.zcard(k.active)
             pipe.zcard(k.delayed)
             counts = await pipe.execute()
+        if on_poll is not None:
+            on_poll(sum(counts))
         if not any(counts):
             return polls
         if time.monotonic() > deadline:
@@ -332,8 +354,15 @@ async def process_phase(run: Run, fleet: Fleet) -> Stats:
     n, queue = run.args.jobs, run.queue
     before, cpu_before, machine_before = await stats(run.redis), fleet.cpu_s(), machine_cpu_s()
     resumed_ms = await server_ms(run.redis)
+    rss: list[float] = []
+
+    def sample(left: int) -> None:  # the daemons' RSS once a tenth of the jobs is done
+        if not rss and left <= n - n // 10:
+            rss.append(fleet.rss_mib())
+
     await queue.resume()  # DEL paused, ZADD marker: wakes a daemon
-    polls = await drained(queue)
+    polls = await drained(queue, timeout_s=max(90.0, n / 500), on_poll=sample)
+    rss.append(fleet.rss_mib())
     used, cpu = await stats(run.redis) - before, fleet.cpu_s() - cpu_before
     busy, steal = (a - b for a, b in zip(machine_cpu_s(), machine_before, strict=True))
     newest = await run.redis.zrange(queue.keys.done, -1, -1, withscores=True)
@@ -348,6 +377,9 @@ async def process_phase(run: Run, fleet: Fleet) -> Stats:
     # CPU the daemons and Redis did not use: the bench's polling, and anything else running
     run.out["other_cpu_pct"] = round((busy - cpu - used.cpu_s) / elapsed_s * 100, 1)
     run.out["steal_pct"] = round(steal / elapsed_s * 100, 1)
+    run.out["daemon_rss_mib_at_tenth"] = round(rss[0], 1)
+    run.out["daemon_rss_mib_at_end"] = round(rss[-1], 1)
+    run.out["daemon_rss_growth_pct"] = round((rss[-1] / rss[0] - 1) * 100, 1)
     return used
 
 
