@@ -88,20 +88,23 @@ class UsageDirs:
         if run_dir is None:
             return Usage()
         try:
-            return _read(run_dir / file_name, job_id)
-        finally:
-            self._give_back(run_dir, file_name)
-
-    def _give_back(self, run_dir: Path, file_name: str) -> None:
-        try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(run_dir / file_name)
-            st = os.lstat(run_dir)
-            clean = st.st_mode == _CLEAN_MODE and st.st_uid == os.geteuid()
-            clean = clean and not os.listdir(run_dir)
+            left = os.listdir(run_dir)
         except OSError:
-            clean = False
-        if clean:
+            left = None
+        try:
+            return _read(run_dir / file_name, job_id) if left else Usage()
+        finally:
+            self._give_back(run_dir, file_name, left)
+
+    def _give_back(self, run_dir: Path, file_name: str, left: list[str] | None) -> None:
+        clean = left == [] or left == [file_name]
+        try:
+            if left:
+                os.unlink(run_dir / file_name)
+            st = os.lstat(run_dir) if clean else None
+        except OSError:
+            st = None
+        if st is not None and st.st_mode == _CLEAN_MODE and st.st_uid == os.geteuid():
             self._clean.append(run_dir)
         else:  # whatever the run left there is the job's: none of it reaches another run
             shutil.rmtree(run_dir, ignore_errors=True)
