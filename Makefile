@@ -1,4 +1,4 @@
-.PHONY: help install format lint typecheck test-fast test bench bench-peers
+.PHONY: help install format lint typecheck test-fast test bench bench-peers compare
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -38,3 +38,6 @@ bench-peers:  ## BullMQ, arq and SAQ for bench.compare, in bench/peers/ only (no
 	npm ci --prefix bench/peers/bullmq --ignore-scripts --no-audit --no-fund
 	test -x bench/peers/.venv/bin/pip || (cd bench/peers && bash -c '. ../../scripts/lib.sh && make_venv')
 	bench/peers/.venv/bin/pip install -q -r bench/peers/requirements.txt
+
+compare:  ## dispatch against BullMQ, arq and SAQ (make bench-peers first)
+	.venv/bin/python -m bench.compare
