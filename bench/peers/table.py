@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import median
 from typing import Any
 
@@ -73,6 +74,19 @@ def config_table(name: str, result: Row) -> list[str]:
         lines.append(f"{d} / peer jobs/s: {said}")
     for system, errors in result.get("failed", {}).items():
         lines.append(f"{system}: {len(errors)} failed run(s), first: {errors[0][:200]}")
+    return lines + warnings(result.get("runs", {}))
+
+
+def warnings(runs: dict[str, list[Row]]) -> list[str]:
+    """Dispatch's daemon warnings (lock losses, Redis errors) summed over a system's runs."""
+    lines = []
+    for system, rows in runs.items():
+        seen: Counter[str] = Counter()
+        for r in rows:
+            seen.update(r.get("daemon_warnings", {}))
+        if seen:
+            said = ", ".join(f"{name} {count}" for name, count in sorted(seen.items()))
+            lines.append(f"{system}: daemon warnings over its runs: {said}")
     return lines
 
 

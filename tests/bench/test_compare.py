@@ -60,21 +60,24 @@ def test_ratios_are_dispatch_gates_off_and_on_over_each_peers_median() -> None:
     assert ratios(summarize({"bullmq": [run(1)]})) == {}  # no dispatch row, no ratio
 
 
-def test_the_report_names_each_system_and_the_missing_installs() -> None:
-    summary = summarize({"dispatch": [run(8_000)], "bullmq": [run(4_000, cmds=24.5)]})
+def test_the_report_names_each_system_the_missing_installs_and_daemon_warnings() -> None:
+    runs = {"dispatch": [run(8_000)], "bullmq": [run(4_000, cmds=24.5)]}
+    runs["dispatch"][0]["daemon_warnings"] = {"lock_lost": 2}
+    summary = summarize(runs)
     out = {
         "jobs": 20_000,
         "reps": 1,
         "redis": "7.0.15",
         "versions": {"bullmq": "6.7.0"},
         "not_installed": {"saq": "not installed (run make bench-peers)"},
-        "configs": {"c50": {"summary": summary, "ratios": ratios(summary), "failed": {}}},
+        "configs": {"c50": {"summary": summary, "ratios": ratios(summary), "runs": runs}},
     }
     text = "\n".join(render(out))
     assert "8,000 (8,000-8,000)" in text
     assert "24.5" in text
     assert "dispatch / peer jobs/s: bullmq 2x" in text
     assert "saq: not installed (run make bench-peers)" in text
+    assert "dispatch: daemon warnings over its runs: lock_lost 2" in text
 
 
 def test_a_peer_whose_probe_cannot_run_is_not_installed() -> None:
