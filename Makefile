@@ -1,4 +1,4 @@
-.PHONY: help install format lint typecheck test-fast test bench
+.PHONY: help install format lint typecheck test-fast test bench bench-peers compare
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -31,3 +31,13 @@ bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.budget --json
 	.venv/bin/python -m bench.soak --json
 	.venv/bin/python -m bench.git_status --json
+
+# npm ci: exactly the lock. --ignore-scripts: the one install script (msgpackr-extract) only
+# builds from source when its prebuilt optional package is missing, and that one is there.
+bench-peers:  ## BullMQ, arq and SAQ for bench.compare, in bench/peers/ only (not dispatch's deps)
+	npm ci --prefix bench/peers/bullmq --ignore-scripts --no-audit --no-fund
+	test -x bench/peers/.venv/bin/pip || (cd bench/peers && bash -c '. ../../scripts/lib.sh && make_venv')
+	bench/peers/.venv/bin/pip install -q -r bench/peers/requirements.txt
+
+compare:  ## dispatch against BullMQ, arq and SAQ (make bench-peers first)
+	.venv/bin/python -m bench.compare
