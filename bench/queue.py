@@ -434,12 +434,13 @@ async def measure(args: argparse.Namespace, url: str, tmp: Path) -> Row:
         fleet = run.fleet(args.processes)
         await fleet.start(redis)
         processed = await process_phase(run, fleet)
-        for phase in ("spread", "burst"):
+        for phase in () if args.quick else ("spread", "burst"):
             await lateness_phase(run, phase)
         rows = await asyncio.get_running_loop().run_in_executor(None, fleet.stop)
         run.out["daemon_warnings"] = dict(fleet.warnings())
         summarize(run, rows, enqueued, processed)
-        await idle_phase(run)
+        if not args.quick:
+            await idle_phase(run)
     finally:
         await redis.aclose()
     return run.out
@@ -457,6 +458,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, default=5.0, help="idle-daemon window")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--gates", action="store_true", help="run every admission gate per job")
+    p.add_argument("--quick", action="store_true", help="the process phase alone")
     return p.parse_args(argv)
 
 

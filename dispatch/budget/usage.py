@@ -13,7 +13,6 @@ and the run is charged its reserved amount, as with no report.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil

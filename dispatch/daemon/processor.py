@@ -52,6 +52,7 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
     Settled,
+    active,
     redis_fault_delay_ms,
 )
 from dispatch.gates.wait_conditions import unreadable_refusal
@@ -164,12 +165,14 @@ class Processor:
         self.runner = runner
         self.gates = list(gates)
         self.clock = clock or SystemClock()
-        self.config = config or ConfigSnapshot
+        empty = ConfigSnapshot()
+        self.config = config or (lambda: empty)
         self.mirror = mirror
         self.engine_wait = engine_wait
         self.local_log = local_log
         self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
         self._usage = UsageDirs(settings.usage_dir) if settings.usage_dir else None
+        self._active: tuple[ConfigSnapshot | None, list[Gate], list[Gate]] = (None, [], [])
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         ending = await self._process(claim, signal)
@@ -213,7 +216,7 @@ class Processor:
         decision: Decision = ADMIT
         name = ""
         try:
-            for gate in self.gates:
+            for gate in self._gates_for(pickup.config):
                 name = gate.name
                 decision = await gate.check(pickup)
                 if not isinstance(decision, Admit):
@@ -222,6 +225,14 @@ class Processor:
             return self._redis_fault(pickup, name, exc)
         self._faults_in_a_row = 0
         return decision
+
+    def _gates_for(self, config: ConfigSnapshot) -> list[Gate]:
+        """The gates this snapshot needs, worked out once per snapshot."""
+        seen, of, gates = self._active
+        if seen is not config or of is not self.gates:
+            gates = active(self.gates, config)
+            self._active = (config, self.gates, gates)
+        return gates
 
     def _redis_fault(self, pickup: Pickup, gate: str, exc: Exception) -> Defer:
         self._faults_in_a_row += 1

@@ -1,6 +1,7 @@
 """What a gate answers, and the holds it leaves behind.
 
-A gate is a small object with one async method, `check(pickup) -> Decision`. It never raises
+A gate is a small object with one async method, `check(pickup) -> Decision`, and maybe a sync
+`inert(config) -> bool`: True when it admits every pickup under that config. It never raises
 to say no and never reads the wall clock itself. A gate that takes a hold (a slot, a lease)
 pushes how to give it back onto `pickup.holds`; the processor gives every hold back
 (`Pickup.release`, in reverse order) on every exit.
@@ -119,3 +120,14 @@ class Gate(Protocol):
     name: str
 
     async def check(self, pickup: Pickup) -> Decision: ...
+
+
+def active(gates: list[Gate], config: ConfigSnapshot) -> list[Gate]:
+    """The gates with something to check under `config`: a gate may say, with `inert`, that
+    it admits every pickup under a config (no pause windows, no spend caps), so the pickups
+    of one snapshot skip it without a call each."""
+    return [g for g in gates if not getattr(g, "inert", _never)(config)]
+
+
+def _never(config: ConfigSnapshot) -> bool:
+    return False

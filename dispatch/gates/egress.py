@@ -10,6 +10,7 @@ named, or the process runner) it admits: that network is the operator's to keep 
 
 from __future__ import annotations
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.egress.guard import EgressGuard
 from dispatch.gates.base import ADMIT, EGRESS_DELAY_MS, Decision, Defer, Pickup
 from dispatch.reasons import EGRESS_UNAVAILABLE
@@ -20,6 +21,9 @@ class EgressGate:
 
     def __init__(self, guard: EgressGuard | None) -> None:
         self.guard = guard
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return self.guard is None
 
     async def check(self, pickup: Pickup) -> Decision:
         guard = self.guard

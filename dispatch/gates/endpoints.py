@@ -15,7 +15,7 @@ import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from dispatch.config.schemas import Endpoint
+from dispatch.config.schemas import ConfigSnapshot, Endpoint
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, ENDPOINT_DELAY_MS, Decision, Defer, Pickup
@@ -31,6 +31,9 @@ class EndpointGate:
     def __init__(self, slots: Slots, leases: FleetLeases) -> None:
         self.slots = slots
         self.leases = leases
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return not config.endpoints
 
     async def check(self, pickup: Pickup) -> Decision:
         if pickup.model is None:

@@ -5,12 +5,16 @@ gate's own, later in the order."""
 
 from __future__ import annotations
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.gates.base import ADMIT, NEWER_RELEASE_DELAY_MS, Decision, Defer, Pickup
 from dispatch.reasons import NEWER_RELEASE
 
 
 class HeadGate:
     name = "head"
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return all(f == "settings.json" for f in config.newer)
 
     async def check(self, pickup: Pickup) -> Decision:
         newer = [f for f in pickup.config.newer if f != "settings.json"]

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from dispatch.config.schemas import Project
+from dispatch.config.schemas import ConfigSnapshot, Project
 from dispatch.config.settings import Settings
 from dispatch.gates.base import ADMIT, HOST_BUDGET_DELAY_MS, Decision, Defer, JobSize, Pickup
 from dispatch.reasons import HOST_BUDGET
@@ -140,6 +140,9 @@ class HostBudgetGate:
 
     def __init__(self, budget: HostBudget) -> None:
         self.budget = budget
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return not self.budget.configured
 
     async def check(self, pickup: Pickup) -> Decision:
         if not self.budget.configured:

@@ -6,6 +6,7 @@ memory and CPUs instead, so a fixed count would only second-guess it.
 
 from __future__ import annotations
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.config.settings import Settings
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, HOST_SLOT_DELAY_MS, Decision, Defer, Pickup
@@ -23,6 +24,9 @@ class HostSlotGate:
         self.settings = settings
         self.slots = slots
         self.budget = budget
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return self.budget.configured
 
     async def check(self, pickup: Pickup) -> Decision:
         if self.budget.configured:

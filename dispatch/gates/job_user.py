@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import anyio
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
 from dispatch.reasons import JOB_USER_ROOT
 from dispatch.runners.docker.runner import DockerSettings, allowed_folder
@@ -27,6 +28,9 @@ class JobUserGate:
 
     def __init__(self, docker: DockerSettings | None) -> None:
         self.docker = docker  # None: not the docker runner
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return self.docker is None or self.docker.user is not None
 
     async def check(self, pickup: Pickup) -> Decision:
         job, docker = pickup.job, self.docker

@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dispatch.clock import Clock
-from dispatch.config.schemas import PauseWindow
+from dispatch.config.schemas import ConfigSnapshot, PauseWindow
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup
 from dispatch.gates.project import within
 from dispatch.model import Job
@@ -154,6 +154,9 @@ class PauseGate:
         self._clock = clock
         self._windows: tuple[PauseWindow, ...] = ()
         self._readable: _Readable = []
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return not config.windows
 
     async def check(self, pickup: Pickup) -> Decision:
         now_ms = self._clock.now_ms()

@@ -23,6 +23,7 @@ from dispatch.budget.plan import MICRO, Counter, counters, subject_of
 from dispatch.budget.windows import local_text
 from dispatch.clock import Clock
 from dispatch.config.limits import zone
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Refuse
 from dispatch.reasons import DAILY_TOKEN_CAP, DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP, SOFT_HOLD
 
@@ -35,6 +36,9 @@ class SpendGate:
     def __init__(self, ledger: SpendLedger, clock: Clock) -> None:
         self.ledger = ledger
         self.clock = clock
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return not config.limits
 
     async def check(self, pickup: Pickup) -> Decision:
         config = pickup.config

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
 from dispatch.log import event
 from dispatch.model import iso
@@ -25,6 +26,9 @@ class TriggerOverlapGate:
 
     def __init__(self, redis: Redis, prefix: str) -> None:
         self.store = TriggerStore(redis, prefix)
+
+    def inert(self, config: ConfigSnapshot) -> bool:
+        return all(t.overlap != "skip" for t in config.triggers)
 
     async def check(self, pickup: Pickup) -> Decision:
         origin = dedup_origin(pickup.job.dedup)
