@@ -2,8 +2,11 @@
 
 redis-py packs every command in pure Python (several microseconds per command, the largest
 single cost of a busy daemon's hot path); `hiredis.pack_command` does the same in C. The
-bytes on the wire are the same: arguments go through the connection's own encoder first, and
-a first argument holding spaces ('CONFIG GET') is split as redis-py splits it.
+bytes on the wire are the same: with the default UTF-8 encoding, str, bytes, int and float
+arguments go to hiredis as they are (it writes them as the encoder would, at a third of the
+cost for a finish of 50 jobs); anything else, or another encoding, goes through the
+connection's own encoder first. A first argument holding spaces ('CONFIG GET') is split as
+redis-py splits it.
 """
 
 from __future__ import annotations
@@ -31,8 +34,16 @@ class FastPacking:
             args = (*first.encode().split(), *args[1:])
         elif b" " in first:
             args = (*first.split(), *args[1:])
+        if self.encoder.encoding in _UTF8 and self.encoder.encoding_errors == "strict":
+            try:  # str, bytes, int and float: hiredis writes them as the encoder would
+                return [hiredis.pack_command(args)]
+            except TypeError:  # anything else goes through the encoder, which says what
+                pass
         encode = self.encoder.encode
         return [hiredis.pack_command(tuple([encode(a) for a in args]))]
+
+
+_UTF8 = frozenset({"utf-8", "utf8", "UTF-8"})
 
 
 class FastConnection(FastPacking, Connection):

@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.exceptions import DataError
 
 from dispatch.queue.connect import (
     FastConnection,
@@ -129,3 +132,23 @@ def unix_url() -> Iterator[str]:
 @pytest.mark.anyio
 async def test_round_trip_over_unix_socket(unix_url: str, prefix: str) -> None:
     await _round_trip(unix_url, prefix)
+
+
+@pytest.mark.parametrize("bad", [None, True, object()])
+def test_a_value_the_encoder_refuses_is_refused_as_stock_refuses_it(bad: Any) -> None:
+    with pytest.raises(DataError) as stock:
+        Connection().pack_command("SET", "k", bad)
+    with pytest.raises(DataError) as fast:
+        FastConnection().pack_command("SET", "k", bad)
+    assert str(fast.value) == str(stock.value)
+
+
+_ARG = st.one_of(st.text(), st.binary(), st.integers(), st.floats())
+
+
+@given(st.lists(_ARG, max_size=12))
+def test_any_str_bytes_int_or_float_packs_as_stock_packs_it(args: list[Any]) -> None:
+    command = ("EVALSHA", *args)
+    assert _joined(FastConnection().pack_command(*command)) == _joined(
+        Connection().pack_command(*command)
+    )
