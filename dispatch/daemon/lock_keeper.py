@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -33,12 +33,11 @@ from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
 from dispatch.runners.base import AbortSignal
 
 
-@dataclass
-class Running:
+class Running(msgspec.Struct):
     """A claim this process holds, from claim to the end of its finish."""
 
     claim: Claim
-    signal: AbortSignal = field(default_factory=AbortSignal)
+    signal: AbortSignal = msgspec.field(default_factory=AbortSignal)
     renewed_at: float = 0.0  # clock.monotonic() when the last successful renewal was sent
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,15 +133,14 @@ class ProcessorSettings:
     usage_dir: Path | None = None  # where each run gets a dir for its usage report
 
 
-@dataclass
-class Ending:
+class Ending(msgspec.Struct):
     """How a claim ends: `finish` (payload is the result), `retry` or `defer` (defer record)."""
 
     action: str
     payload: bytes
     delay_ms: int = 0
     record: RunRecord | None = None
-    mirrored: bool = False  # the record is already in the fleet's copy (RunMirror)
+    encoded: bytes = b""  # the record as JSON, encoded once for the run log and the finish
     logged: bool = False  # the record is already in this host's run log
     cancelled: bytes = b""  # retry/defer: the result to finish with if a cancel request stands
     waited: bool = False  # the job has waitFor: its wait state goes once the finish lands
@@ -179,7 +178,9 @@ class Processor:
         if signal.reason == OPERATOR_CANCEL and ending.action != "finish":
             event("cancel_honoured", job=claim.id, instead_of=ending.action)
             cancelled = ending.cancelled
-            return replace(ending, action="finish", payload=cancelled, delay_ms=0, cancelled=b"")
+            return msgspec.structs.replace(
+                ending, action="finish", payload=cancelled, delay_ms=0, cancelled=b""
+            )
         return ending
 
     async def _process(self, claim: Claim, signal: AbortSignal) -> Ending:
@@ -278,10 +279,10 @@ class Processor:
         degraded = pickup.degraded()
         if ending.record is not None and degraded:  # the fleet bound was not checked: say so
             ending.record = msgspec.structs.replace(ending.record, degraded=degraded)
-        if ending.record is not None and result.started:
-            ending.logged = self._log_local(ending.record)
-        if ending.action != "defer" and ending.record is not None and result.started:
-            ending.mirrored = await self._mirror(claim, ending.record)
+        if ending.record is not None:
+            ending.encoded = encode_record(ending.record)
+            if result.started:
+                ending.logged = self._log_local(ending.record.id, ending.encoded)
         return ending
 
     def _usage_dir(self, ctx: RunContext) -> None:
@@ -299,15 +300,15 @@ class Processor:
             report = self._usage.read_and_return(ctx.usage_dir, ctx.usage_name, ctx.job.id)
         return charge(pickup.spend, report, result.started, result.exit_code)
 
-    def _log_local(self, record: RunRecord) -> bool:
+    def _log_local(self, job_id: str, encoded: bytes) -> bool:
         """On this host's disk first: should the daemon die before Redis has the record, its
         successor's boot finds it there and the job ends as it ran, not runs again."""
         if self.local_log is None:
             return False
         try:
-            self.local_log.append_soon(encode_record(record))
+            self.local_log.append_soon(encoded)
         except Exception as exc:  # the finish carries the record to Redis all the same
-            event("run_log_failed", job=record.id, error=f"{type(exc).__name__}: {exc}")
+            event("run_log_failed", job=job_id, error=f"{type(exc).__name__}: {exc}")
             return False
         return True
 
@@ -320,19 +321,6 @@ class Processor:
         if result.error != DOCKER_UNAVAILABLE:
             return None
         return await self.engine_wait.hold(claim)
-
-    async def _mirror(self, claim: Claim, record: RunRecord) -> bool:
-        """Record the outcome fleet-wide before the claim ends (see the settled gate)."""
-        if self.mirror is None:
-            return False
-        try:
-            stored = await self.mirror.put(claim.queue, record, self.clock.now_ms())
-        except Exception as exc:  # then the finish carries the record, as without a mirror
-            event("run_mirror_failed", job=claim.id, error=str(exc))
-            return False
-        if not stored:  # the claim is gone: its finish will be refused too
-            event("run_record_refused_lock_lost", job=claim.id, attempt=claim.attempt)
-        return stored
 
     def _settled(self, claim: Claim, job: Job, record: RunRecord) -> Ending:
         """End as the recorded run ended, retrying only what a run would have retried."""

@@ -279,20 +279,18 @@ class Worker:
 
     def _end(self, claim: Claim, ending: Ending) -> None:
         record = ending.record
-        written = ending.mirrored and ending.logged  # the usual case: nothing left to encode
-        run_json = encode(record) if record and not written else None
-        fleet_copy = None if ending.mirrored else run_json  # already in Redis: write it once
-        local_copy = None if ending.logged else run_json  # already on disk: write it once
+        run_json = (ending.encoded or encode(record)) if record else b""
         finish = Finish(
             ending.action,
             claim.id,
             claim.token,
             ending.payload,
             ending.delay_ms,
-            record.run_id if record and fleet_copy else "",
-            fleet_copy or b"",
+            record.run_id if record else "",
+            run_json,  # the finish stores it in the same atomic step, fenced by the claim
             ending.cancelled,
         )
+        local_copy = None if ending.logged or not run_json else run_json  # on disk once
         lane = self.lanes[claim.queue]
         if ending.waited and ending.action == "finish":
             lane.waited.add(claim.id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -81,20 +81,19 @@ class JobSize:
     cpus: float
 
 
-@dataclass
-class Pickup:
+class Pickup(msgspec.Struct):
     """One claimed job on its way through the gates. Earlier gates fill in what later ones
     read: the project (project gate), the size (size gate), the model (overlay gate)."""
 
     claim: Claim
     job: Job
-    signal: AbortSignal = field(default_factory=AbortSignal)
-    config: ConfigSnapshot = field(default_factory=ConfigSnapshot)
+    signal: AbortSignal = msgspec.field(default_factory=AbortSignal)
+    config: ConfigSnapshot = msgspec.field(default_factory=ConfigSnapshot)
     project: Project | None = None
     size: JobSize | None = None
     model: str | None = None
-    holds: list[tuple[str, Release]] = field(default_factory=list)
-    leases: list[Lease] = field(default_factory=list)  # the fleet leases among the holds
+    holds: list[tuple[str, Release]] = msgspec.field(default_factory=list)
+    leases: list[Lease] = msgspec.field(default_factory=list)  # the fleet leases among the holds
     spend: Reservation | None = None  # the spend-cap gate's, settled after the run
 
     def degraded(self) -> tuple[str, ...]:

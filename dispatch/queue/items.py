@@ -1,12 +1,15 @@
 """What a queue's transitions take and give: new jobs, claims, endings and their answers.
 
 `MAX_ITEMS` is the scripts' own bound on jobs or claims per call; `Queue` splits longer lists
-(see `dispatch/queue/transitions.py`).
+(see `dispatch/queue/transitions.py`). A claim and a finish are made per job on the hot path:
+msgspec structs, which build in a tenth of a frozen dataclass's time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import msgspec
 
 from dispatch.errors import DispatchError
 
@@ -32,8 +35,7 @@ class NewJob:
     dedup_window_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(msgspec.Struct, frozen=True):
     queue: str
     id: str
     token: str
@@ -50,8 +52,7 @@ class ClaimBatch:
     claims: list[Claim] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class Finish:
+class Finish(msgspec.Struct, frozen=True):
     """One ending of a claim: `finish` (result payload), `retry` or `defer` (defer payload).
 
     `cancelled`, for a retry or defer, is the result it finishes with instead if an operator's

@@ -1,8 +1,11 @@
 """The fleet's copy of run records, read and written outside the finishing script.
 
-A container's outcome is mirrored as soon as it is known, before the claim is ended: if this
-daemon dies in between, the job's next pickup finds the record (the settled-record gate) and
-finishes with that outcome instead of running the container a second time.
+A run's record usually reaches Redis with its finish (`job_finish`, the same atomic step, fenced
+by the claim). This module writes it outside a finish when the finish could not carry it: a
+finish refused because a sweep took the claim while Redis was away (the lane's
+`_keep_outcomes`), and a run a killed predecessor left in the local log (boot). Either way
+the job's next pickup finds the record (the settled-record gate) and finishes with that
+outcome instead of running the container a second time.
 
 A record is stored only while the claim that ran it still holds the job's lock (`run_record`
 checks the token and writes in one step): a run that outlived its claim (a daemon frozen or

@@ -154,26 +154,25 @@ async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
     assert (again.action, result.outcome, result.exit_code) == ("finish", "completed", 0)
 
 
-async def test_a_run_is_mirrored_before_the_claim_ends(redis, prefix, tmp_path: Path) -> None:
-    mirror = RunMirror(redis, prefix)
-    proc = processor(Runner(), [], tmp_path, mirror)
-    claim = claim_of(Job(id="j3", command=["true"]))
-    await hold(redis, prefix, claim.queue, claim.id, claim.token)
-    ending = await proc.process(claim, AbortSignal())
-    record = await mirror.get("jobs", "j3#1")
-    assert record is not None and record.outcome == "completed" and ending.mirrored
+async def test_a_run_record_goes_with_its_finish_encoded_once(tmp_path: Path) -> None:
+    ending = await processor(Runner(), [], tmp_path).process(
+        claim_of(Job(id="j3", command=["true"])), AbortSignal()
+    )
+    assert ending.record is not None and ending.record.outcome == "completed"
+    assert msgspec.json.decode(ending.encoded, type=RunRecord) == ending.record
 
 
-async def test_a_run_whose_claim_is_gone_reports_nothing_to_the_fleet(
+async def test_the_processor_writes_nothing_fleet_wide_itself(
     redis, prefix, tmp_path: Path
 ) -> None:
-    """A run that outlived its claim (frozen daemon, swept, the job re-claimed elsewhere):
-    its record does not reach the mirror, not even over the new claim's attempt."""
+    """The record reaches Redis with the finish, in the same step and fenced by the claim
+    (lua/job_finish.lua): a run that outlived its claim (frozen daemon, swept, the job
+    re-claimed elsewhere) has its finish refused, and nothing of it is written."""
     mirror = RunMirror(redis, prefix)
     claim = claim_of(Job(id="j3b", command=["true"]))
     await hold(redis, prefix, claim.queue, claim.id, "other-host:9")
     ending = await processor(Runner(), [], tmp_path, mirror).process(claim, AbortSignal())
-    assert not ending.mirrored and await mirror.get("jobs", "j3b#1") is None
+    assert ending.record is not None and await mirror.get("jobs", "j3b#1") is None
 
 
 class Stubborn:
@@ -295,31 +294,25 @@ class FailingRunner(Runner):
         return RunResult(started=True, exit_code=1, started_ms=1, ended_ms=2)
 
 
-class CancelWhileMirroring(RunMirror):
-    """The cancel request is taken after the run ended, while its record is being stored."""
+class CancelledAsItEnds(FailingRunner):
+    """The cancel request is taken after the run ended on its own, before its ending is out."""
 
-    signal: AbortSignal
+    async def run(self, ctx: RunContext) -> RunResult:
+        result = await super().run(ctx)
+        ctx.signal.abort(OPERATOR_CANCEL)
+        return result
 
-    async def put(self, queue: str, record: RunRecord, now_ms: int) -> bool:
-        self.signal.abort(OPERATOR_CANCEL)
-        return await super().put(queue, record, now_ms)
 
-
-async def test_a_cancel_taken_as_the_run_ends_in_retry_finishes_it_cancelled(
-    redis, prefix, tmp_path: Path
+async def test_a_cancel_taken_as_a_failing_run_ends_finishes_it_cancelled(
+    tmp_path: Path,
 ) -> None:
-    mirror, signal = CancelWhileMirroring(redis, prefix), AbortSignal()
-    mirror.signal = signal
-    runner = FailingRunner()
-    proc = processor(runner, [], tmp_path, mirror)
+    runner, signal = CancelledAsItEnds(), AbortSignal()
     claim = claim_of(Job(id="j8", command=["false"]))
-    await hold(redis, prefix, claim.queue, claim.id, claim.token)
-    ending = await proc.process(claim, signal)
+    ending = await processor(runner, [], tmp_path).process(claim, signal)
     result = cancelled_result(ending)
     assert (result.state, result.reason, result.exit_code) == ("cancelled", OPERATOR_CANCEL, 1)
     assert runner.runs == 1 and ending.delay_ms == 0
-    assert ending.record is not None and ending.mirrored  # the run's own record, as it ended
-    assert (ending.record.outcome, ending.record.reason) == ("infra", "exit-1")
+    assert ending.record is not None and ending.record.outcome == CANCELLED  # not retried
 
 
 async def test_every_retry_and_defer_carries_the_result_a_cancel_would_finish_it_with(
@@ -445,19 +438,17 @@ class LosesItsLockAsItEnds(Runner):
         return RunResult(started=True, exit_code=0, started_ms=1, ended_ms=2, stopped=self.stopped)
 
 
-async def test_a_run_that_ended_before_its_stop_keeps_its_own_outcome(
-    redis, prefix, tmp_path: Path
-) -> None:
-    """Handed back, it would run again although it completed: its outcome is finished and
-    mirrored instead (both fenced, so a claim that is really gone changes nothing)."""
-    mirror = RunMirror(redis, prefix)
+async def test_a_run_that_ended_before_its_stop_keeps_its_own_outcome(tmp_path: Path) -> None:
+    """Handed back, it would run again although it completed: its outcome is finished with
+    its record instead (fenced, so a claim that is really gone changes nothing; a refused
+    finish keeps the outcome, tests/daemon/test_lane.py)."""
     claim = claim_of(Job(id="j12", command=["true"]))
-    ending = await processor(LosesItsLockAsItEnds(stopped=False), [], tmp_path, mirror).process(
+    ending = await processor(LosesItsLockAsItEnds(stopped=False), [], tmp_path).process(
         claim, AbortSignal()
     )
     result = msgspec.json.decode(ending.payload, type=Result)
     assert (ending.action, result.outcome) == ("finish", "completed")
-    assert ending.mirrored and (await mirror.get("jobs", "j12#1")) is not None
+    assert ending.record is not None and ending.record.outcome == "completed"
 
 
 async def test_a_run_our_stop_ended_is_handed_back(tmp_path: Path) -> None:
