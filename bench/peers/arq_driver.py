@@ -16,7 +16,7 @@ import uvloop
 from arq import Worker, create_pool, func  # type: ignore[import-not-found]
 from arq.connections import RedisSettings  # type: ignore[import-not-found]
 
-from bench.peers.protocol import Config, Tally, config, emit, expect, in_chunks, late_phases
+from bench.peers.protocol import Config, Tally, config, drive
 
 TALLY = Tally()
 
@@ -43,33 +43,38 @@ async def worker(cfg: Config) -> Any:
     )
 
 
+class Arq:
+    """arq's calls for `drive`."""
+
+    def __init__(self, cfg: Config, producer: Any) -> None:
+        self.cfg, self.redis = cfg, producer  # ArqRedis is a redis-py client
+        self.consumer: Any = None
+        self.task: asyncio.Task[Any] | None = None
+
+    async def enqueue_noop(self, n: int) -> object:
+        return await self.redis.enqueue_job("noop")
+
+    async def enqueue_due(self, phase: str, due_ms: int) -> object:
+        when = datetime.fromtimestamp(due_ms / 1000, UTC)
+        return await self.redis.enqueue_job("noop", phase=phase, due_ms=due_ms, _defer_until=when)
+
+    async def prepare(self) -> None:
+        self.consumer = await worker(self.cfg)
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.consumer.async_run())
+
+    async def stop(self) -> None:
+        await self.consumer.close()  # cancels its main task
+        with contextlib.suppress(asyncio.CancelledError):
+            if self.task is not None:
+                await self.task
+        await self.redis.aclose()
+
+
 async def run(cfg: Config) -> None:
     producer = await create_pool(RedisSettings.from_dsn(cfg.url), default_queue_name=cfg.queue)
-    emit("ready")
-    await expect("enqueue")
-    await in_chunks(range(cfg.jobs), lambda _: producer.enqueue_job("noop"))
-    emit("enqueued")
-    await expect("start")
-    consumer = await worker(cfg)
-    emit("started")
-    await expect("go")
-    task = asyncio.create_task(consumer.async_run())
-    await TALLY.until(cfg.jobs)
-    emit("processed", done=TALLY.done, last_finish_ms=TALLY.last_finish_ms)
-    await expect("late")
-
-    async def delayed(phase: str, due: list[int]) -> None:
-        def one(at: int) -> Any:
-            when = datetime.fromtimestamp(at / 1000, UTC)
-            return producer.enqueue_job("noop", phase=phase, due_ms=at, _defer_until=when)
-
-        await in_chunks(due, one)
-
-    await late_phases(cfg, producer, TALLY, delayed)
-    await consumer.close()  # cancels its main task
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await producer.aclose()
+    await drive(cfg, TALLY, Arq(cfg, producer))
 
 
 if __name__ == "__main__":

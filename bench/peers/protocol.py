@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from redis.asyncio import Redis
 
@@ -111,6 +111,40 @@ async def late_phases(cfg: Config, redis: Redis, tally: Tally, enqueue: Enqueue)
         enqueue_ms[phase] = round((time.perf_counter() - began) * 1000, 1)
         await tally.until(target)
     emit("lateness", **tally.lateness_ms, enqueue_ms=enqueue_ms)
+
+
+class Peer(Protocol):
+    """What a Python peer's driver supplies to `drive`: its library's calls, nothing more."""
+
+    redis: Redis  # for the server's clock
+
+    async def enqueue_noop(self, n: int) -> object: ...
+    async def enqueue_due(self, phase: str, due_ms: int) -> object: ...
+    async def prepare(self) -> None: ...  # the worker made, not started
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+async def drive(cfg: Config, tally: Tally, peer: Peer) -> None:
+    """A Python peer through the orchestrator's steps, in order (the module docstring)."""
+    emit("ready")
+    await expect("enqueue")
+    await in_chunks(range(cfg.jobs), peer.enqueue_noop)
+    emit("enqueued")
+    await expect("start")
+    await peer.prepare()
+    emit("started")
+    await expect("go")
+    await peer.start()
+    await tally.until(cfg.jobs)
+    emit("processed", done=tally.done, last_finish_ms=tally.last_finish_ms)
+    await expect("late")
+
+    async def delayed(phase: str, due: list[int]) -> None:
+        await in_chunks(due, lambda at: peer.enqueue_due(phase, at))
+
+    await late_phases(cfg, peer.redis, tally, delayed)
+    await peer.stop()
 
 
 async def in_chunks(items: Sequence[T], call: Callable[[T], Awaitable[object]]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import uvloop
 from saq import Queue, Worker  # type: ignore[import-not-found]
 
-from bench.peers.protocol import Config, Tally, config, emit, expect, in_chunks, late_phases
+from bench.peers.protocol import Config, Tally, config, drive
 
 TALLY = Tally()
 
@@ -34,33 +34,40 @@ async def worker(cfg: Config) -> Any:
     return Worker(queue, [("noop", noop)], concurrency=cfg.concurrency, after_process=[finished])
 
 
+class Saq:
+    """SAQ's calls for `drive`."""
+
+    def __init__(self, cfg: Config, producer: Any) -> None:
+        self.cfg, self.producer, self.redis = cfg, producer, producer.redis
+        self.consumer: Any = None
+        self.task: asyncio.Task[Any] | None = None
+
+    async def enqueue_noop(self, n: int) -> object:
+        return await self.producer.enqueue("noop")
+
+    async def enqueue_due(self, phase: str, due_ms: int) -> object:
+        return await self.producer.enqueue(
+            "noop", scheduled=due_ms / 1000, bench_phase=phase, bench_due_ms=due_ms
+        )
+
+    async def prepare(self) -> None:
+        self.consumer = await worker(self.cfg)
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.consumer.start())
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
+        if self.task is not None:
+            await self.task
+        await self.consumer.queue.disconnect()
+        await self.producer.disconnect()
+
+
 async def run(cfg: Config) -> None:
     producer = Queue.from_url(cfg.url, name=cfg.queue)
     await producer.connect()
-    emit("ready")
-    await expect("enqueue")
-    await in_chunks(range(cfg.jobs), lambda _: producer.enqueue("noop"))
-    emit("enqueued")
-    await expect("start")
-    consumer = await worker(cfg)
-    emit("started")
-    await expect("go")
-    task = asyncio.create_task(consumer.start())
-    await TALLY.until(cfg.jobs)
-    emit("processed", done=TALLY.done, last_finish_ms=TALLY.last_finish_ms)
-    await expect("late")
-
-    async def delayed(phase: str, due: list[int]) -> None:
-        def one(at: int) -> Any:
-            return producer.enqueue("noop", scheduled=at / 1000, bench_phase=phase, bench_due_ms=at)
-
-        await in_chunks(due, one)
-
-    await late_phases(cfg, producer.redis, TALLY, delayed)
-    await consumer.stop()
-    await task
-    await consumer.queue.disconnect()
-    await producer.disconnect()
+    await drive(cfg, TALLY, Saq(cfg, producer))
 
 
 if __name__ == "__main__":

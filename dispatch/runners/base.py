@@ -71,18 +71,14 @@ class AbortSignal:
     def event(self) -> asyncio.Event:
         """Set once aborted."""
         if self._event is None:
-            self._event = asyncio.Event()
-            if self.reason:
-                self._event.set()
+            self._event = _event(bool(self.reason))
         return self._event
 
     @property
     def urgent(self) -> asyncio.Event:
         """Set once the stop must not wait out the grace."""
         if self._urgent is None:
-            self._urgent = asyncio.Event()
-            if self.is_urgent:
-                self._urgent.set()
+            self._urgent = _event(self.is_urgent)
         return self._urgent
 
     @property
@@ -117,6 +113,13 @@ class AbortSignal:
             callback()
         else:
             self._callbacks.append(callback)
+
+
+def _event(already: bool) -> asyncio.Event:
+    made = asyncio.Event()
+    if already:
+        made.set()
+    return made
 
 
 @dataclass
