@@ -39,7 +39,12 @@ def _runner_way(runner: DockerRunner, image: str, out_dir: Path) -> Way:
     async def run() -> None:
         job = Job(id=f"bench{uuid.uuid4().hex[:12]}", image=image, command=["true"])
         ctx = RunContext(
-            job=job, attempt=1, host="bench", fence="0", output_path=out_dir / f"{job.id}.log"
+            job=job,
+            attempt=1,
+            host="bench",
+            fence="0",
+            output_dir=out_dir,
+            output_file=f"{job.id}.log",
         )
         result = await runner.run(ctx)
         if result.exit_code != 0:

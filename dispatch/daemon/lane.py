@@ -188,6 +188,11 @@ class Lane:
                 await self.life.stopped_within(CLAIM_RETRY_S)
 
     async def _take_wakeup(self) -> None:
+        # Room freed by runs that just ended is usually taken by the flush they started: let
+        # it claim first, so the marker its claim will leave is not read and passed on at once.
+        await asyncio.sleep(0)
+        if self.capacity.free <= 0 or self.life.draining:
+            return
         if not await self.blocking.bzpopmin(self.queue.keys.marker, self.timing.block_s):
             return
         if self.capacity.free > 0 and not self.life.draining:

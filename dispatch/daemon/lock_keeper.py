@@ -14,6 +14,11 @@ which also reports their cancel requests), and it judges every run by the local 
 
 The settings refuse a lock shorter than 3 x (stop grace + renewal period), so an outage
 shorter than about a third of the lock never stops a run.
+
+A stopped run keeps its claim and its holds until it is really gone, however long that takes;
+one still there `ABORT_SLACK_S` past the stop grace is logged (`run_abort_unconfirmed`), once,
+judged at the renewal ticks (so up to two periods later): a per-run timer for it cost more
+than the rest of a no-op pickup's run.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from dispatch.queue.transitions import Claim, Queue
 from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
 from dispatch.runners.base import AbortSignal
 
+ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
+
 
 class Running(msgspec.Struct):
     """A claim this process holds, from claim to the end of its finish."""
@@ -39,6 +46,8 @@ class Running(msgspec.Struct):
     claim: Claim
     signal: AbortSignal = msgspec.field(default_factory=AbortSignal)
     renewed_at: float = 0.0  # clock.monotonic() when the last successful renewal was sent
+    stop_seen: float | None = None  # clock.monotonic() at the first tick that saw it aborted
+    stop_logged: bool = False
 
 
 class LockKeeper:
@@ -59,13 +68,27 @@ class LockKeeper:
         lock_s = settings.lock_ms / 1000
         self.stop_after_s = lock_s - settings.stop_grace_s - 2 * settings.renew_s - margin
         self.lost_after_s = lock_s - margin
+        self.unconfirmed_after_s = settings.stop_grace_s + ABORT_SLACK_S
 
     async def tick(self) -> None:
         """One renewal period: judge every run's deadline, renew every queue's claims (each
         call bounded by the period), and judge again with what the renewals told."""
         self.judge(self.running.values())
+        self._note_stops()
         await asyncio.gather(*(self._renew(q) for q in self.queues.values()))
         self.judge(self.running.values())
+
+    def _note_stops(self) -> None:
+        """Log, once, each aborted run that is not gone long past its stop grace."""
+        now = self.clock.monotonic()
+        for entry in self.running.values():
+            if not entry.signal.is_set or entry.stop_logged:
+                continue
+            if entry.stop_seen is None:
+                entry.stop_seen = now
+            elif now - entry.stop_seen >= self.unconfirmed_after_s:
+                entry.stop_logged = True
+                event("run_abort_unconfirmed", job=entry.claim.id, reason=entry.signal.reason)
 
     def judge(self, entries: Iterable[Running]) -> None:
         """Stop each run whose claim may lapse before its stop could finish."""

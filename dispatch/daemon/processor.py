@@ -27,7 +27,6 @@ may hold a host path; the log has it all).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from dispatch.budget.usage import Usage, UsageDirs
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon.engine_wait import EngineWait
+from dispatch.daemon.timeouts import Timeouts
 from dispatch.errors import InvalidJob, RedisUnavailable
 from dispatch.gates.base import (
     ADMIT,
@@ -80,7 +80,6 @@ from dispatch.reasons import (
     INFRA,
     INTERNAL_ERROR,
     INVALID_JOB,
-    JOB_TIMEOUT,
     LEASE_LOST,
     LOCK_LOST,
     NEWER_RELEASE,
@@ -105,7 +104,6 @@ from dispatch.runners.output import output_name
 from dispatch.secrets.runs import run_with_secrets
 
 SHUTDOWN_DELAY_MS = 1_000
-ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
 LEASE_LOST_DELAY_MS = 1_500
 
 # Aborts that are faults, not the job's doing: the claim is handed back as a defer (no attempt
@@ -121,13 +119,6 @@ class ProcessorSettings:
     host: str
     output_dir: Path
     stop_grace_s: float = 10.0
-    abort_slack_s: float = ABORT_SLACK_S
-
-    @property
-    def abort_wait_s(self) -> float:
-        """How long a stop may take before it is logged: the grace and some slack."""
-        return self.stop_grace_s + self.abort_slack_s
-
     retry_base_ms: int = 5_000
     retry_max_ms: int = 10 * 60_000
     usage_dir: Path | None = None  # where each run gets a dir for its usage report
@@ -171,6 +162,7 @@ class Processor:
         self.local_log = local_log
         self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
         self._usage = UsageDirs(settings.usage_dir) if settings.usage_dir else None
+        self._timeouts = Timeouts()
         self._active: tuple[ConfigSnapshot | None, list[Gate], list[Gate]] = (None, [], [])
 
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
@@ -248,7 +240,8 @@ class Processor:
             attempt=claim.attempt,
             host=self.s.host,
             fence=claim.token,
-            output_path=self.s.output_dir / output_name(job.id, claim.attempt, claim.token),
+            output_dir=self.s.output_dir,
+            output_file=output_name(job.id, claim.attempt, claim.token),
             grace_s=self.s.stop_grace_s,
             signal=signal,
         )
@@ -259,13 +252,17 @@ class Processor:
             event("job_cancelled_before_start", job=claim.id)
             return Ending("finish", self._cancel_result())
         self._usage_dir(ctx)
-        timer = asyncio.get_running_loop().call_later(
-            job.timeout_ms / 1000, signal.abort, JOB_TIMEOUT
-        )
+        ticket = self._timeouts.arm(job.timeout_ms / 1000, signal)
         try:  # its secrets are resolved inside the timeout, and a cancel stops that too
-            result = await run_with_secrets(ctx, pickup.config.secrets, self._watch)
+            # Awaited here, however long a stop takes: the claim and every hold stay until the
+            # run is gone (the lock keeper logs a stop that takes too long). Nothing cancels a
+            # pickup; a task of its own per run cost more than the rest of a no-op pickup.
+            if job.env:
+                result = await run_with_secrets(ctx, pickup.config.secrets, self.runner.run)
+            else:  # no references to resolve: one coroutine fewer
+                result = await self.runner.run(ctx)
         finally:
-            timer.cancel()
+            self._timeouts.disarm(ticket, signal)
         charged = self._charge(pickup, ctx, result)
         if signal.reason == OPERATOR_CANCEL and not result.started:  # while its secrets resolved
             event("job_cancelled_before_start", job=claim.id)
@@ -290,7 +287,7 @@ class Processor:
         than the hop to a thread and back."""
         if self._usage is not None:
             ctx.usage_dir = self._usage.take()
-            ctx.usage_name = ctx.output_path.name.removesuffix(".log") + ".json"
+            ctx.usage_name = ctx.output_file.removesuffix(".log") + ".json"
 
     def _charge(self, pickup: Pickup, ctx: RunContext, result: RunResult) -> Charge:
         """Read the run's usage report and settle (or refund) its spend reservation, in the
@@ -332,29 +329,6 @@ class Processor:
         ending = self._ending_for(claim, job, result, outcome, record.reason, record)
         ending.record = None  # already recorded, locally by the host that ran it
         return ending
-
-    async def _watch(self, ctx: RunContext) -> RunResult:
-        """Run to the end, however long a stop takes: the claim and every hold are kept until
-        the run is really gone (a run never outlives its claim). A stop that takes longer than
-        `abort_wait_s` is logged, once. The run is awaited in this task: nothing cancels a
-        pickup, and a task of its own per job cost more than the rest of a no-op pickup."""
-        loop = asyncio.get_running_loop()
-        late: list[asyncio.TimerHandle] = []
-        ended = False
-
-        def unconfirmed() -> None:
-            if not ended:
-                event("run_abort_unconfirmed", job=ctx.job.id, reason=ctx.abort_reason)
-
-        ctx.signal.when_aborted(
-            lambda: late.append(loop.call_later(self.s.abort_wait_s, unconfirmed))
-        )
-        try:
-            return await self.runner.run(ctx)
-        finally:
-            ended = True
-            for handle in late:
-                handle.cancel()
 
     def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:
         if abort_reason in HAND_BACK and ended_on_its_own(result):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Coroutine
 from functools import partial
 from typing import Any
@@ -111,6 +112,10 @@ class Worker:
         """Serve until `stop` is set, then shut down gracefully."""
         if not await self._start_serving(stop):
             return
+        # What start-up made (modules, settings, scripts) lives as long as the process: out of
+        # the collector's sight, a full collection no longer walks it (about a tenth of a busy
+        # daemon's time went to the collector before).
+        gc.freeze()
         event(
             "worker_started",
             host=self.s.host,

@@ -64,7 +64,7 @@ class AbortSignal:
         self.is_urgent = False
         self._event: asyncio.Event | None = None  # made on first look: most runs never wait
         self._urgent: asyncio.Event | None = None
-        self._callbacks: list[Callable[[], object]] = []
+        self._callbacks: list[Callable[[], object]] | None = None  # made on first use
         self._before_start: Callable[[], object] | None = None
 
     @property
@@ -104,13 +104,15 @@ class AbortSignal:
             self.reason = reason or "aborted"
             if self._event is not None:
                 self._event.set()
-            for callback in self._callbacks:
+            for callback in self._callbacks or ():
                 callback()
 
     def when_aborted(self, callback: Callable[[], object]) -> None:
         """Call back on abort (at once if already aborted): cheaper than a task per job."""
         if self.reason:
             callback()
+        elif self._callbacks is None:
+            self._callbacks = [callback]
         else:
             self._callbacks.append(callback)
 
@@ -128,12 +130,22 @@ class RunContext:
     attempt: int
     host: str
     fence: str
-    output_path: Path
+    output_dir: Path
+    output_file: str  # the run's output file in `output_dir` (runners/output.py names it)
     grace_s: float = 10.0
     output_cap: int = OUTPUT_CAP_BYTES
     signal: AbortSignal = field(default_factory=AbortSignal)
     usage_dir: Path | None = None  # this run's own writable dir for its usage report
     usage_name: str = USAGE_FILE  # the report's name in it, fresh for each run
+
+    @property
+    def output_path(self) -> Path:
+        """Joined only when a runner asks: a no-op run never does, and a join costs microseconds."""
+        return self.output_dir / self.output_file
+
+    @output_path.setter
+    def output_path(self, path: Path) -> None:
+        self.output_dir, self.output_file = path.parent, path.name
 
     @property
     def usage_file(self) -> Path | None:

@@ -11,10 +11,11 @@ from redis.asyncio import Redis
 
 from dispatch.clock import FakeClock
 from dispatch.config.settings import Settings
+from dispatch.daemon import lock_keeper as lock_keeper_module
 from dispatch.daemon.lock_keeper import LockKeeper, Running
 from dispatch.model import Job
 from dispatch.queue.transitions import NewJob, Queue
-from dispatch.reasons import LOCK_LOST
+from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
 from tests.support.pickups import claim_of
 from tests.support.redis_server import free_port
 
@@ -96,3 +97,28 @@ async def test_a_refused_renewal_kills_at_once(redis: Redis, prefix: str) -> Non
     keeper = LockKeeper(SETTINGS, redis, {"jobs": queue}, {("jobs", "j1"): entry}, clock)
     await keeper.tick()
     assert entry.signal.reason == LOCK_LOST and entry.signal.urgent.is_set()
+
+
+async def test_a_stop_that_outlasts_grace_and_slack_is_logged_once(
+    away: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run keeps its claim till it is gone; the keeper only says, once, that it lingers."""
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(
+        lock_keeper_module,
+        "event",
+        lambda name, **f: seen.append(f) if name == "run_abort_unconfirmed" else None,
+    )
+    clock = FakeClock()
+    keeper, entry = keeper_with_one_run(away, clock)
+    entry.signal.abort(OPERATOR_CANCEL)
+    await keeper.tick()  # first seen aborted now
+    clock.advance(keeper.unconfirmed_after_s - 0.1)
+    entry.renewed_at = clock.monotonic()  # its claim is renewed all along
+    await keeper.tick()
+    assert seen == []
+    clock.advance(0.2)
+    entry.renewed_at = clock.monotonic()
+    await keeper.tick()
+    await keeper.tick()
+    assert seen == [{"job": "j1", "reason": OPERATOR_CANCEL}]

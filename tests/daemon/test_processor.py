@@ -192,10 +192,10 @@ async def test_holds_stay_until_a_run_that_would_not_stop_is_really_gone(tmp_pat
     ledger = Ledger()
     runner = Stubborn()
     gates = [ScriptedGate("scope", ledger, 2, "admit")]
-    proc = processor(runner, gates, tmp_path, stop_grace_s=0.01, abort_slack_s=0.01)
+    proc = processor(runner, gates, tmp_path, stop_grace_s=0.01)
     signal = AbortSignal()
     pickup = asyncio.create_task(proc.process(claim_of(Job(id="j4", command=["true"])), signal))
-    await asyncio.sleep(0.1)  # ten times the abort wait: it would have given up by now
+    await asyncio.sleep(0.1)  # ten times the stop grace: it would have given up by now
     assert not pickup.done()
     assert ledger.released == []  # the folder and the budget are still in use
     runner.gone.set()

@@ -23,7 +23,8 @@ async def test_a_full_disk_loses_the_output_not_the_run() -> None:
     command = ["sh", "-c", "head -c 1048576 /dev/zero; exit 0"]
     ctx = RunContext(
         job=Job(id="j", command=command), attempt=1, host="h", fence="1",
-        output_path=Path("/dev/full"),
+        output_dir=Path("/dev"),
+        output_file="full",
     )  # fmt: skip
     result = await ProcessRunner().run(ctx)
     assert (result.exit_code, result.output_lost) == (0, True)
@@ -50,7 +51,8 @@ async def test_a_claim_judged_lost_at_the_spawn_never_forks(tmp_path: Path) -> N
     marker = tmp_path / "ran"
     ctx = RunContext(
         job=Job(id="j", command=["touch", str(marker)]), attempt=1, host="h", fence="1",
-        output_path=tmp_path / "out",
+        output_dir=tmp_path,
+        output_file="out",
     )  # fmt: skip
     ctx.signal.judged_by(lambda: ctx.signal.abort(LOCK_LOST, urgent=True))
     result = await ProcessRunner().run(ctx)
@@ -63,7 +65,8 @@ async def test_a_claim_judged_live_at_the_spawn_runs(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     ctx = RunContext(
         job=Job(id="j", command=["touch", str(marker)]), attempt=1, host="h", fence="1",
-        output_path=tmp_path / "out",
+        output_dir=tmp_path,
+        output_file="out",
     )  # fmt: skip
     looked: list[bool] = []
     ctx.signal.judged_by(lambda: looked.append(True))
@@ -79,7 +82,8 @@ async def test_a_run_says_whether_our_stop_ended_it(tmp_path: Path) -> None:
     def ctx_for(command: list[str]) -> RunContext:
         return RunContext(
             job=Job(id="j", command=command), attempt=1, host="h", fence="1",
-            output_path=tmp_path / "out", grace_s=5,
+            output_dir=tmp_path,
+        output_file="out", grace_s=5,
         )  # fmt: skip
 
     own = await ProcessRunner().run(ctx_for(["true"]))

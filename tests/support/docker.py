@@ -89,6 +89,7 @@ def make_ctx(tmp_path: Path, host: str, command: list[str], **job: object) -> Ru
         attempt=1,
         host=host,
         fence="7",
-        output_path=tmp_path / "out" / f"{job_id}.log",
+        output_dir=tmp_path / "out",
+        output_file=f"{job_id}.log",
         grace_s=1.0,
     )

@@ -75,7 +75,9 @@ from dispatch.runners.base import RunContext
 
 async def main() -> None:
     job = Job(id=sys.argv[2], image=sys.argv[3], command=["sleep", "60"])
-    ctx = RunContext(job=job, attempt=1, host=sys.argv[1], fence="9", output_path=Path(sys.argv[4]))
+    out = Path(sys.argv[4])
+    ctx = RunContext(job=job, attempt=1, host=sys.argv[1], fence="9", output_dir=out.parent,
+                     output_file=out.name)
     async with DockerClient() as client:
         await DockerRunner(DockerSettings(), client).run(ctx)
 
