@@ -15,7 +15,8 @@ ARGV[1]  count     int   0..1000 jobs to claim (0: only promote and report the n
 ARGV[2]  host      str   claiming host, 1-63 of A-Z a-z 0-9 . _ -; tokens are "<host>:<fence>"
 ARGV[3]  lock_ms   int   lock duration, 1 ms to 24 h
 Returns  {now_ms, next_due_ms or 0, id, token, attempt, stalls, queued_ms, job, ...}
-         six fields per claimed job; attempt is 1-based; nothing is claimed while paused
+         six fields per claimed job; attempt is 1-based; nothing is claimed while paused.
+         A claim that took `count` jobs leaves the marker: more may be ready
 Errors   -4 bad call (key count, argument count, a field out of shape or bounds); nothing is
          written
 ]]
@@ -35,14 +36,15 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-if #due > 0 then
-  redis.call('ZREM', KEYS[2], unpack(due))
-  redis.call('RPUSH', KEYS[1], unpack(due))
-end
-
+-- The head of delayed first: due jobs are looked for only when the earliest is due.
 local out = {now, 0}
 local next_due = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if next_due[2] and tonumber(next_due[2]) <= now then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+  redis.call('ZREM', KEYS[2], unpack(due))
+  redis.call('RPUSH', KEYS[1], unpack(due))
+  next_due = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+end
 if next_due[2] then out[2] = tonumber(next_due[2]) end
 if count == 0 or redis.call('EXISTS', KEYS[10]) == 1 then return out end
 
@@ -79,5 +81,7 @@ for i, id in ipairs(ids) do
 end
 redis.call('ZADD', KEYS[3], unpack(active))
 redis.call('HSET', KEYS[5], unpack(locks))
-if redis.call('LLEN', KEYS[1]) > 0 then redis.call('ZADD', KEYS[9], 0, 'w') end
+-- Took all it asked for: more may be ready, so a host with room is told. (A list that ran
+-- out at exactly `count` costs that host one empty claim; asking LLEN would cost every claim.)
+if #popped == count then redis.call('ZADD', KEYS[9], 0, 'w') end
 return out

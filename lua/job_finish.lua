@@ -18,6 +18,8 @@ ARGV[1]  keep_done     int  finished jobs kept at most (0..1e9)
 ARGV[2]  keep_done_ms  int  finished jobs kept at most this long (0..10 years)
 ARGV[3]  keep_runs     int  mirrored run records kept at most (0..1e9)
 ARGV[4]  keep_runs_ms  int  mirrored run records kept at most this long (0..10 years)
+                           ARGV[1..4] all "": no retention this call (a caller that ends many
+                           small batches trims on some of them, at its own pace)
 ARGV[5]  action     str   finish | retry | defer; ARGV[5..12] repeat once per job, 1 to 1000
 ARGV[6]  id         str   job id (1-128 of A-Z a-z 0-9 . _ -)
 ARGV[7]  token      str   lock token of the claim, "<host>:<n>" (id and token are checked
@@ -39,7 +41,8 @@ A claim ends once: a second ending for the same id in one call gets -1.
 A retry counts an attempt; a defer counts none, nor does one that finished as cancelled.
 A defer record whose reason repeats the previous one's gets the previous `since` (or `at`):
 how long the job has waited for that reason.
-Retention trims at most 200 of each per call.
+Retention trims at most 200 of each per call, the count once its excess reaches
+min(keep / 50, 200): up to that many over `keep_done` / `keep_runs` may stand between trims.
 ]]
 local YEAR = 31536000000
 local find, byte, sub = string.find, string.byte, string.sub
@@ -74,9 +77,10 @@ end
 
 local keep_done, keep_done_ms = int(ARGV[1] or '', 0, 1e9), int(ARGV[2] or '', 0, 10 * YEAR)
 local keep_runs, keep_runs_ms = int(ARGV[3] or '', 0, 1e9), int(ARGV[4] or '', 0, 10 * YEAR)
+local trim = not (ARGV[1] == '' and ARGV[2] == '' and ARGV[3] == '' and ARGV[4] == '')
 local n = #ARGV - 4
-if #KEYS ~= 14 or not keep_done or not keep_done_ms or not keep_runs or not keep_runs_ms
-    or n <= 0 or n % 8 ~= 0 or n > 8000 then
+if #KEYS ~= 14 or n <= 0 or n % 8 ~= 0 or n > 8000
+    or (trim and not (keep_done and keep_done_ms and keep_runs and keep_runs_ms)) then
   return -4
 end
 local items, ids = {}, {}
@@ -111,7 +115,17 @@ for i, it in ipairs(items) do
     return -4
   end
 end
-local requests = redis.call('HMGET', KEYS[11], unpack(ids))
+-- Cancel requests matter only to an ending that would run the job again (honoured, or dropped
+-- when it carries no `cancelled`): a batch of plain finishes reads none (a request left for a
+-- finished job is read by nothing, and goes with the job at retention).
+local requests = {}
+for _, it in ipairs(items) do
+  if it[1] ~= 'finish' then
+    requests = redis.call('HMGET', KEYS[11], unpack(ids))
+    break
+  end
+end
+local asked = {}
 local out, held, results, done, later, defers, runs, run_idx = {}, {}, {}, {}, {}, {}, {}, {}
 local earliest, ended = false, {}
 for i, it in ipairs(items) do
@@ -126,6 +140,7 @@ for i, it in ipairs(items) do
     end
     ended[id] = true
     held[#held + 1] = id
+    if requests[i] then asked[#asked + 1] = id end
     if action == 'finish' then
       results[#results + 1] = id; results[#results + 1] = payload
       done[#done + 1] = now; done[#done + 1] = id
@@ -149,8 +164,8 @@ end
 if #held > 0 then
   redis.call('ZREM', KEYS[1], unpack(held))
   redis.call('HDEL', KEYS[2], unpack(held))
-  redis.call('HDEL', KEYS[11], unpack(held))
 end
+if #asked > 0 then redis.call('HDEL', KEYS[11], unpack(asked)) end
 if #results > 0 then
   redis.call('HSET', KEYS[10], unpack(results))
   redis.call('ZADD', KEYS[4], unpack(done))
@@ -166,19 +181,24 @@ if #runs > 0 then
 end
 
 -- Retention: the oldest past the count, then the oldest past the age, 200 at most of each.
+-- The count is trimmed once its excess reaches a fiftieth of what is kept (at most 200): a
+-- busy queue trims every few calls, not a few jobs at every call; a small keep stays exact.
 local function expired(index, keep, keep_ms)
   local old = {}
   local excess = redis.call('ZCARD', index) - keep
-  if excess > 0 then old = redis.call('ZRANGE', index, 0, math.min(excess, 200) - 1) end
+  if excess > 0 and excess >= math.min(math.floor(keep / 50), 200) then
+    old = redis.call('ZRANGE', index, 0, math.min(excess, 200) - 1)
+  end
   if #old == 0 then
     old = redis.call('ZRANGEBYSCORE', index, '-inf', now - keep_ms, 'LIMIT', 0, 200)
   end
   if #old > 0 then redis.call('ZREM', index, unpack(old)) end
   return old
 end
+if not trim then return out end
 local gone = expired(KEYS[4], keep_done, keep_done_ms)
 if #gone > 0 then
-  for k = 5, 10 do
+  for k = 5, 11 do  -- data, queued, attempts, stalls, defer, result and a cancel request
     redis.call('HDEL', KEYS[k], unpack(gone))
   end
 end

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
+COHORTS_FROM = 32  # slots from which claims take half of them at most
+
 
 class Capacity:
     def __init__(self, slots: int, batch: int) -> None:
         self.free = slots
-        self.batch = batch  # most jobs taken by one claim
+        # Most jobs taken by one claim. On a host of many slots, half of them: its jobs then
+        # run in two cohorts that take turns, one in the loop while Redis ends the other and
+        # claims its successors, where one batch of all would leave the loop idle for every
+        # round trip. Fewer slots keep whole batches: halves would double the commands per job.
+        self.batch = min(batch, slots // 2 if slots >= COHORTS_FROM else slots)
         self.room = asyncio.Event()
         self.room.set()
 

@@ -8,6 +8,8 @@
            sends about one command every few seconds and a new job starts at once;
   flusher  ends finished claims in one script call together with the next claim (one round
            trip per batch), and appends their run records to the local log in one write.
+           Two such flights may be under way at once: on a host of many slots its jobs run
+           in two cohorts (`Capacity.batch`), each ended while the other runs.
 
 A claim is started with the instant its call was sent: Redis set the lock's deadline no
 earlier, so the lock keeper judges the claim from then, however late the reply was read (a
@@ -46,6 +48,7 @@ CLAIM_RETRY_S = 1.0
 FINISH_RETRY_S = 0.5
 KEEP_EVERY_S = 1.0  # a blocked outcome is tried again this often (the settled gate waits 3 s)
 KEEP_TRIES = 3
+MAX_FLIGHTS = 2  # finish-and-claim calls of one lane under way at once
 Kept = tuple[str, str, str, bytes]  # job id, fencing token, run id, record
 
 
@@ -81,6 +84,7 @@ class Lane:
     # jobs whose wait state goes once their finish lands, and how (records/wait_state.py)
     waited: set[str] = field(default_factory=set)
     forget: Callable[[str, Sequence[str]], Awaitable[None]] | None = None
+    flights: set[asyncio.Task[None]] = field(default_factory=set)  # flushes under way
 
     @property
     def name(self) -> str:
@@ -157,6 +161,8 @@ class Lane:
         )
         for claim in batch.claims:
             self.start(claim, sent)
+        if batch.claims and len(batch.claims) == want and self.capacity.free > 0:
+            self.poke()  # a full claim, and room for more: the next cohort
 
     async def recover(self, running: set[tuple[str, str]]) -> None:
         """After a claim call failed, hand back the claims of this host that nobody here runs:
@@ -207,8 +213,24 @@ class Lane:
         while not self.life.closing:
             await self.flush_now.wait()
             self.flush_now.clear()
+            if self.pending and len(self.flights) < MAX_FLIGHTS:
+                flight = asyncio.get_running_loop().create_task(self._flight())
+                self.flights.add(flight)
+                flight.add_done_callback(self.flights.discard)
+
+    async def _flight(self) -> None:
+        try:
+            await self.flush()
+        except Exception as exc:  # a bug (faults are handled in flush): said, never silent
+            event("task_failed", task=f"flush:{self.name}", error=f"{type(exc).__name__}: {exc}")
+        finally:  # what ended meanwhile goes next
             if self.pending:
-                await self.flush()
+                self.flush_now.set()
+
+    async def landed(self, timeout_s: float) -> None:
+        """Wait for the flushes under way (shutdown, before the last ones)."""
+        if self.flights:
+            await asyncio.wait(set(self.flights), timeout=timeout_s)
 
     async def flush(self) -> None:
         batch, self.pending = self.pending, []

@@ -234,6 +234,7 @@ class Worker:
     async def _flush_all(self) -> None:
         deadline = self.clock.monotonic() + FLUSH_AT_SHUTDOWN_S
         for lane in self.lanes.values():
+            await lane.landed(FLUSH_AT_SHUTDOWN_S)
             while lane.pending and self.clock.monotonic() < deadline:
                 await lane.flush()
             if lane.pending:  # their locks lapse and the sweeper puts them back

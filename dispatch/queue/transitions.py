@@ -16,6 +16,11 @@ bounds, ids and tokens of their shape, JSON fields shaped as objects, at most `M
 before its first write, and answers -4 otherwise, having changed nothing. The wrappers raise
 `BadCall` for it: a bug or bad input, never a Redis fault, so nothing retries it as one.
 
+Retention. Finished jobs and mirrored runs past their count or age go on every finish call of
+`SMALL_CALL` jobs or more and on every third smaller one (`RETENTION_EVERY`), so a busy
+daemon's many small calls do not each pay for the checks; a call that skips it is followed,
+within two, by one that trims.
+
 Batches. A script takes at most `MAX_ITEMS` jobs or claims per call; `enqueue`, `finish`,
 `extend` and `hand_back` split a longer list into calls of that size, in order. Each call is
 atomic; the batch as a whole is not. A failure in a later call of `enqueue` raises
@@ -59,6 +64,11 @@ __all__ = [
     "Retention",
 ]
 T = TypeVar("T")
+# Retention runs on every finish call of SMALL_CALL jobs or more, and on every third smaller
+# one: its checks are a fifth of a small call's Redis commands, and each trim takes up to 200
+# of each kind, more than three small calls end.
+SMALL_CALL = 50
+RETENTION_EVERY = 3
 
 
 class Queue:
@@ -75,6 +85,7 @@ class Queue:
         self.keys: QueueKeys = queue_keys(name, prefix)
         self.retention = retention or Retention()
         self._registered = False
+        self._finish_calls = 0
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         """Add jobs; each answer says created, duplicate (the first job's id) or taken.
@@ -164,7 +175,10 @@ class Queue:
             k.runs_idx,
             k.marker,
         ]
-        args: list[Arg] = [r.keep_done, r.keep_done_ms, r.keep_runs, r.keep_runs_ms]
+        self._finish_calls += 1
+        args: list[Arg] = ["", "", "", ""]  # no retention this call
+        if len(items) >= SMALL_CALL or self._finish_calls % RETENTION_EVERY == 1:
+            args = [r.keep_done, r.keep_done_ms, r.keep_runs, r.keep_runs_ms]
         for f in items:
             args += [f.action, f.id, f.token, f.delay_ms, f.payload, f.run_id, f.run, f.cancelled]
         return keys, args

@@ -379,7 +379,8 @@ async def test_finish_ends_claim_for_good(q: Q) -> None:
     assert await q.state("a") == ["done"]
     assert await q.redis.hget(q.k.result, "a") == b'{"ok":1}'
     assert not await q.redis.hexists(q.k.lock, "a")
-    assert not await q.redis.hexists(q.k.cancel, "a")
+    # read by nothing once the lock is gone; it goes with the job at retention (below)
+    assert await q.redis.hexists(q.k.cancel, "a")
     assert await q.redis.hget(q.k.runs, "a#1") == b'{"run":1}'
     assert await q.redis.zscore(q.k.runs_idx, "a#1") == await q.redis.zscore(q.k.done, "a")
 
@@ -445,6 +446,7 @@ async def test_a_standing_cancel_request_changes_no_other_ending(q: Q) -> None:
     assert reply == [1, 1]
     assert await q.redis.hget(q.k.result, "f") == b'{"ok":1}'
     assert await q.state("r") == ["delayed"]
+    assert not await q.redis.hexists(q.k.cancel, "r")  # dropped: its next claim runs
 
 
 async def test_finish_with_wrong_token_is_lock_lost_and_writes_nothing(q: Q) -> None:
@@ -501,12 +503,56 @@ async def test_retention_trims_oldest_finished_job_past_the_count(q: Q) -> None:
     await q.redis.hset(q.k.defer, "j1", b"{}")
     await q.redis.hset(q.k.attempts, "j1", 1)
     await q.redis.hset(q.k.stalls, "j1", 1)
+    await q.redis.hset(q.k.cancel, "j1", 1)  # a request that came as it finished
     await finish_in_turn(q, ["j3"], keep=[2, DAY_MS, 1000, DAY_MS])
     assert await q.zset(q.k.done) == ["j2", "j3"]
-    for field in ("data", "queued", "attempts", "stalls", "defer", "result"):
+    for field in ("data", "queued", "attempts", "stalls", "defer", "result", "cancel"):
         assert not await q.redis.hexists(getattr(q.k, field), "j1"), field
     assert await q.redis.hexists(q.k.data, "j2") and await q.redis.hexists(q.k.result, "j2")
     assert await q.redis.hlen(q.k.runs) == 3  # run mirrors keep their own count
+
+
+async def test_retention_of_a_large_count_trims_in_steps_of_a_fiftieth(q: Q) -> None:
+    """keep 100: the count waits for an excess of 2 (100 / 50), then trims it whole."""
+    keep = [100, DAY_MS, 1000, DAY_MS]
+    await finish_in_turn(q, [f"j{i:03d}" for i in range(101)], keep=keep)
+    assert len(await q.zset(q.k.done)) == 101  # one over: not trimmed yet
+    await finish_in_turn(q, ["j101"], keep=keep)
+    done = await q.zset(q.k.done)
+    assert len(done) == 100 and done[0] == "j002"
+    assert not await q.redis.hexists(q.k.data, "j000")
+    assert not await q.redis.hexists(q.k.data, "j001")
+
+
+async def test_a_finish_with_every_keep_empty_trims_nothing(q: Q) -> None:
+    await finish_in_turn(q, ["j1", "j2"], keep=[1, DAY_MS, 1, DAY_MS])
+    assert await q.zset(q.k.done) == ["j2"]
+    await finish_in_turn(q, ["j3"], keep=["", "", "", ""])
+    assert await q.zset(q.k.done) == ["j2", "j3"]  # left for a call that trims
+    assert await q.zset(q.k.runs_idx) == ["j2#1", "j3#1"]
+
+
+async def test_a_claim_leaves_the_marker_only_when_it_took_all_it_asked_for(q: Q) -> None:
+    for job_id in ("a", "b", "c"):
+        await q.enqueue(job_id)
+    await q.redis.delete(q.k.marker)
+    await q.claim(count=2)
+    assert await q.redis.zscore(q.k.marker, "w") == 0  # took 2 of 2: more may be ready
+    await q.redis.delete(q.k.marker)
+    await q.claim(count=2)  # took the last one, of 2 asked
+    assert await q.redis.zscore(q.k.marker, "w") is None
+
+
+async def test_a_defer_that_would_run_a_cancelled_job_again_still_reads_the_request(
+    q: Q,
+) -> None:
+    await q.enqueue("a")
+    job_id, token = await q.claim_one()
+    await q.redis.hset(q.k.cancel, "a", await q.now_ms() + 60_000)
+    reply = await q.finish(["defer", job_id, token, 5_000, b'{"reason":"x"}', "", "", b'{"c":1}'])
+    assert reply == [2]  # finished as cancelled
+    assert await q.redis.hget(q.k.result, "a") == b'{"c":1}'
+    assert not await q.redis.hexists(q.k.cancel, "a")  # the request it honoured is gone
 
 
 async def test_retention_of_run_mirrors_and_by_age(q: Q) -> None:
@@ -535,6 +581,7 @@ BAD_FINISH = {
     "negative delay": finish_args(action="retry", delay=-1),
     "fractional delay": finish_args(action="defer", delay=0.5),
     "second item bad": [*finish_args(), *finish_args(action="bogus")[4:]],
+    "keep partly empty": ["", *finish_args()[1:]],
 }
 
 

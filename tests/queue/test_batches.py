@@ -13,7 +13,16 @@ from redis.exceptions import RedisError
 from dispatch.errors import BadCall, InvalidJob
 from dispatch.queue.faults import REDIS_FAULTS
 from dispatch.queue.scripts import script
-from dispatch.queue.transitions import MAX_ITEMS, Claim, EnqueueIncomplete, Finish, NewJob, Queue
+from dispatch.queue.transitions import (
+    MAX_ITEMS,
+    SMALL_CALL,
+    Claim,
+    EnqueueIncomplete,
+    Finish,
+    NewJob,
+    Queue,
+    Retention,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -129,3 +138,25 @@ async def test_a_script_missing_from_the_server_reruns_only_its_own_call(queue: 
     assert ended == [True]
     assert sorted((c.id, c.token) for c in batch.claims) == sorted(await queue.claims())
     assert [c.id for c in batch.claims] == ["j1", "j2"]
+
+
+async def test_retention_runs_on_every_third_small_finish_call(redis, prefix) -> None:
+    """Keep one finished job: calls that skip retention leave more, the third one trims."""
+    queue = Queue(redis, "jobs", prefix, Retention(keep_done=1))
+    done = []
+    for tag in "abcde":
+        await queue.enqueue([NewJob(tag, DOC)])
+        (claim,) = (await queue.claim(1, "h", 60_000)).claims
+        assert await queue.finish([Finish("finish", claim.id, claim.token, b"{}")]) == [True]
+        done.append(await redis.zcard(queue.keys.done))
+    assert done == [1, 2, 3, 1, 2]
+
+
+async def test_a_large_finish_call_always_trims(redis, prefix) -> None:
+    queue = Queue(redis, "jobs", prefix, Retention(keep_done=10))
+    for round_ in range(2):
+        await queue.enqueue(jobs(SMALL_CALL, tag=f"r{round_}-", dedup=f"d{round_}-"))
+        claims = (await queue.claim(SMALL_CALL, "h", 60_000)).claims
+        ended = [Finish("finish", c.id, c.token, b"{}") for c in claims]
+        assert all(await queue.finish(ended))
+        assert await redis.zcard(queue.keys.done) == 10
