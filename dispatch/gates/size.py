@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from dispatch.config.schemas import Overlay, Project
+from dispatch.config.schemas import ConfigSnapshot, Overlay, Project
 from dispatch.config.settings import Settings
 from dispatch.config.units import check_cpus, check_memory, parse_memory
 from dispatch.gates.base import (
@@ -95,31 +95,52 @@ def _first(*values: _T | None) -> _T:
     return next(v for v in values if v is not None)
 
 
+MEMO_MOST = 256  # sizes worked out per config snapshot, at most (then it starts afresh)
+Worked = tuple[Project | None, JobSize, Exceeded | None]  # the row is kept: its id stays its own
+
+
 class SizeGate:
+    """Most pickups of one snapshot ask the same question (no project or the same one, no size
+    of their own), so each answer is worked out once per snapshot and kept (`_memo`)."""
+
     name = "size"
 
     def __init__(self, settings: Settings, budget: HostBudget, live_hosts: HostCount) -> None:
         self.settings = settings
         self.budget = budget
         self.live_hosts = live_hosts
+        self._memo_of: ConfigSnapshot | None = None
+        # (the project row by identity, and the job's own size) -> the answer
+        self._memo: dict[tuple[int, Size | None], Worked] = {}
 
     async def check(self, pickup: Pickup) -> Decision:
         try:
-            size = resolve_size(pickup.project, pickup.job, self.settings, pickup.config.overlay)
+            _, size, misfit = self._worked(pickup)
         except SizeInvalid as exc:
             return Refuse(exc.reason, str(exc))
         pickup.size = size
-        project = pickup.project
-        share = project.host_share if project and self.budget.configured else None
-        misfit = self.budget.misfit(size, share)
         if misfit is None:
             return ADMIT
+        project = pickup.project
         limit = self._limit(misfit, project)
         if await self._shared(pickup.claim.queue):
             detail = f"needs {describe(size)}, more than {limit}; waiting for a host that fits it"
             return Defer(NEVER_FITS_DELAY_MS, SIZE_NEVER_FITS, detail=detail)
         sentence = f"the job needs {describe(size)}, more than {limit}, so it can never start"
         return Refuse(_EXCEEDS[misfit], sentence)
+
+    def _worked(self, pickup: Pickup) -> Worked:
+        """The size and what it overruns even on an idle host; raises SizeInvalid (not kept)."""
+        if self._memo_of is not pickup.config or len(self._memo) >= MEMO_MOST:
+            self._memo_of, self._memo = pickup.config, {}
+        project = pickup.project
+        key = (id(project), pickup.job.size)
+        worked = self._memo.get(key)
+        if worked is None or worked[0] is not project:
+            size = resolve_size(project, pickup.job, self.settings, pickup.config.overlay)
+            share = project.host_share if project and self.budget.configured else None
+            worked = self._memo[key] = (project, size, self.budget.misfit(size, share))
+        return worked
 
     async def _shared(self, queue: str) -> bool:
         """Whether another live host reads this queue and so might fit the job."""

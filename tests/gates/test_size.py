@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from dispatch.config.schemas import Overlay, Project
+from dispatch.config.schemas import ConfigSnapshot, Overlay, Project
 from dispatch.config.settings import Settings
 from dispatch.gates.base import NEVER_FITS_DELAY_MS, Admit, Defer, JobSize, Pickup, Refuse
 from dispatch.gates.host_budget import HostBudget
@@ -220,3 +220,22 @@ def test_the_bounds_themselves_are_sizes() -> None:
     assert resolve_size(None, job, settings()) == JobSize(6 * 1024**2, 0.01)
     job = Job(id="j1", size=Size(memory="1t", cpus=512))
     assert resolve_size(None, job, settings()) == JobSize(1024 * GIB, 512.0)
+
+
+async def test_an_answer_is_kept_per_snapshot_and_per_project_row() -> None:
+    """Worked out once per snapshot, project row and job size; never another row's answer,
+    even when a row built outside the snapshot is gone and a new one takes its place."""
+    size_gate, _ = gate()
+    first = pickup(project=Project(id="acme", memory="2g", cpus=1))
+    assert isinstance(await size_gate.check(first), Admit)
+    assert first.size == JobSize(2 * GIB, 1.0)
+    for memory, cpus in (("3g", 2), ("4g", 3)):  # fresh rows, one after the other
+        later = pickup(project=Project(id="acme", memory=memory, cpus=cpus))
+        assert isinstance(await size_gate.check(later), Admit)
+        assert later.size == JobSize(int(memory[0]) * GIB, float(cpus))
+    plain = pickup()
+    tuned = pickup_of(Job(id="j2"), config=ConfigSnapshot(overlay=Overlay(job_memory="1g")))
+    await size_gate.check(plain)
+    await size_gate.check(tuned)  # another snapshot: worked out afresh
+    assert tuned.size is not None and tuned.size.memory == GIB
+    assert plain.size is not None and plain.size.memory != GIB
