@@ -6,7 +6,12 @@ Each running job has a directory of its own under the state dir (`<state>/usage/
 is 0700, so no other user of the host reaches it); the runner names a file in it, fresh for the
 run, to the job (the docker runner binds the directory into the container). After the run the
 file is read once, without following a link and at most 64 KiB, then removed; the directory
-goes to the next run only if nothing else is left in it. No file: no report. A file
+goes to the next run only if nothing else is left in it. No file: no report. A directory that
+no run has changed for `settled_s` (2 s) when it is lent, and whose lstat is the same after the
+run, is not listed: making, removing or renaming anything in it, or changing its mode or owner,
+moves its ctime, which no process can set back, and a change made 2 s after the last one lands
+on a later time stamp even where they are whole seconds (every Linux filesystem but FAT, where
+the mode never matches and every directory is listed). A file
 that does not parse, or holds a negative or non-finite number, is a malformed report: logged,
 and the run is charged its reserved amount, as with no report.
 """
@@ -17,6 +22,7 @@ import math
 import os
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +32,7 @@ from dispatch.budget.plan import micro
 from dispatch.log import event
 
 MAX_BYTES = 64 * 1024
+SETTLED_S = 2.0  # a report dir unchanged this long when lent is judged by one lstat after
 
 
 class _Tokens(msgspec.Struct, frozen=True):
@@ -61,16 +68,25 @@ class UsageDirs:
     unlinked; a directory left with anything else in it, or changed (its mode, its owner), is
     removed and never handed out again."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, settled_s: float = SETTLED_S) -> None:
         self.root = root
+        self.settled_ns = int(settled_s * 1e9)
         self._clean: list[Path] = []
         self._made = 0
+        # a clean directory's lstat when it was last seen clean; lent: whether it was quiet
+        self._stamps: dict[Path, Mark] = {}
+        self._quiet: dict[Path, bool] = {}
 
     def take(self) -> Path | None:
         """A clean directory for one run; None (logged) when none can be made: the job then
         runs without a report path and is charged what it reserved."""
         if self._clean:
-            return self._clean.pop()
+            run_dir = self._clean.pop()
+            stamp = self._stamps.get(run_dir)
+            # the wall clock, as file times are: a change from now on gets a later ctime
+            quiet = stamp is not None and time.time_ns() - stamp[-1] >= self.settled_ns
+            self._quiet[run_dir] = quiet
+            return run_dir
         self._made += 1
         name = f"slot-{self._made}"
         run_dir = self.root / name
@@ -85,6 +101,9 @@ class UsageDirs:
     def read_and_return(self, run_dir: Path | None, file_name: str, job_id: str) -> Usage:
         """The run's report; then its directory is clean for the next run, or gone."""
         if run_dir is None:
+            return Usage()
+        if self._quiet.pop(run_dir, False) and self._untouched(run_dir):
+            self._clean.append(run_dir)  # nothing was made in it: nothing to read or clear
             return Usage()
         try:
             left = os.listdir(run_dir)
@@ -104,9 +123,35 @@ class UsageDirs:
         except OSError:
             st = None
         if st is not None and st.st_mode == _CLEAN_MODE and st.st_uid == os.geteuid():
+            self._stamps[run_dir] = _mark(st)
             self._clean.append(run_dir)
         else:  # whatever the run left there is the job's: none of it reaches another run
+            self._stamps.pop(run_dir, None)
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _untouched(self, run_dir: Path) -> bool:
+        stamp = self._stamps.get(run_dir)
+        try:
+            st = os.lstat(run_dir)
+        except OSError:
+            return False
+        return stamp is not None and _mark(st) == stamp
+
+
+Mark = tuple[int, int, int, int, int, int, int]
+
+
+def _mark(st: os.stat_result) -> Mark:
+    """What any change to a directory's entries, mode or owner moves; its ctime last."""
+    return (
+        st.st_ino,
+        st.st_dev,
+        st.st_mode,
+        st.st_uid,
+        st.st_nlink,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )
 
 
 _CLEAN_MODE = stat.S_IFDIR | 0o777

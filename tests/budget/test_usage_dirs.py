@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+import pytest
 
 from dispatch.budget.usage import UsageDirs
 
@@ -47,3 +50,51 @@ def test_a_leftover_of_an_earlier_daemon_is_emptied_before_use(tmp_path: Path) -
     taken = UsageDirs(root).take()
     assert taken == root / "slot-1" and list(taken.iterdir()) == []
     assert os.stat(taken).st_mode & 0o777 == 0o777
+
+
+def quiet_dir(dirs: UsageDirs) -> Path:
+    """A directory lent after it was left unchanged for the settle time (real clock)."""
+    first = dirs.take()
+    assert first is not None
+    dirs.read_and_return(first, "a.json", "j0")  # seen clean: stamped
+    changed_ns = os.lstat(first).st_ctime_ns
+    deadline = time.monotonic() + 5
+    while time.time_ns() - changed_ns < dirs.settled_ns:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    again = dirs.take()
+    assert again == first
+    return again
+
+
+def test_a_quiet_directory_left_as_lent_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dirs = UsageDirs(tmp_path / "usage", settled_s=0.05)
+    run_dir = quiet_dir(dirs)
+    monkeypatch.setattr(os, "listdir", _no_listing)
+    assert dirs.read_and_return(run_dir, "b.json", "j1").usd_micro is None
+    assert dirs.take() == run_dir  # back, with one lstat
+
+
+@pytest.mark.parametrize("change", ["report", "stray file", "subdir", "mode"])
+def test_anything_done_in_a_quiet_directory_is_seen(tmp_path: Path, change: str) -> None:
+    dirs = UsageDirs(tmp_path / "usage", settled_s=0.05)
+    run_dir = quiet_dir(dirs)
+    if change == "report":
+        (run_dir / "b.json").write_text('{"costUsd": 0.25}')
+        assert dirs.read_and_return(run_dir, "b.json", "j1").usd_micro == 250_000
+        assert list(run_dir.iterdir()) == [] and dirs.take() == run_dir
+        return
+    if change == "stray file":
+        (run_dir / "left.txt").write_text("for the next job")
+    elif change == "subdir":
+        (run_dir / "d").mkdir()
+    else:
+        os.chmod(run_dir, 0o700)
+    dirs.read_and_return(run_dir, "b.json", "j1")
+    assert not run_dir.exists()  # none of it reaches another run
+
+
+def _no_listing(path: object) -> list[str]:
+    raise AssertionError("listed")
