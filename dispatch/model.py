@@ -379,8 +379,19 @@ def iso(ms: int | None) -> str | None:
     """Epoch milliseconds as ISO-8601 UTC with milliseconds."""
     if ms is None:
         return None
+    if ms == _Last.ms:  # a run's start, end and result often share their millisecond
+        return _Last.text
     seconds, rem = divmod(ms, 1000)
-    return f"{_second(seconds)}.{rem:03d}Z"
+    text = f"{_second(seconds)}.{rem:03d}Z"
+    _Last.ms, _Last.text = ms, text
+    return text
+
+
+class _Last:
+    """The instant `iso` formatted last (one loop per process: no lock needed)."""
+
+    ms: int | None = None
+    text = ""
 
 
 @functools.lru_cache(maxsize=64)

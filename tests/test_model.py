@@ -6,6 +6,7 @@ No Redis here; `tests/test_client_submit.py` checks that refused submissions wri
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
@@ -23,6 +24,7 @@ from dispatch.model import (
     decode_job,
     encode_job,
     encoder,
+    iso,
     peek_version,
     validate,
 )
@@ -197,3 +199,14 @@ def test_a_job_s_egress_hosts_follow_the_allow_list_grammar() -> None:
         decode_job(encode_job(Job(id="j1", egress=["not a host"])))
     with pytest.raises(InvalidJob, match="at most 100"):
         decode_job(encode_job(Job(id="j1", egress=[f"h{i}.example.com" for i in range(101)])))
+
+
+@given(
+    st.lists(st.integers(0, 4_102_444_800_000), min_size=1, max_size=20).flatmap(st.permutations)
+)
+def test_iso_is_each_instant_as_utc_with_milliseconds_whatever_came_before(
+    instants: list[int],
+) -> None:
+    for ms in [*instants, *instants]:  # repeats and returns: its one-entry cache must not leak
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+        assert iso(ms) == moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

@@ -21,10 +21,13 @@ class Timeouts:
     def __init__(self, tick_s: float = TICK_S) -> None:
         self.tick_s = tick_s
         self._due: dict[int, set[AbortSignal]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def arm(self, after_s: float, signal: AbortSignal) -> int:
         """Abort `signal` with `job-timeout` once `after_s` have passed; the ticket disarms it."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or loop.is_closed():  # asking costs a getpid() syscall on 3.11
+            loop = self._loop = asyncio.get_running_loop()
         tick = math.ceil((loop.time() + after_s) / self.tick_s)
         due = self._due.get(tick)
         if due is None:

@@ -90,6 +90,7 @@ class Worker:
             minter.fingerprint if minter else None,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11
 
     def _lane(self, queue: Queue, blocking: Redis) -> Lane:
         states = WaitStates(self.redis, self.s.prefix)
@@ -110,6 +111,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then shut down gracefully."""
+        self._loop = asyncio.get_running_loop()
         if not await self._start_serving(stop):
             return
         # What start-up made (modules, settings, scripts) lives as long as the process: out of
@@ -262,7 +264,8 @@ class Worker:
             old.signal.abort(LOCK_LOST, urgent=True)
         self.running[(claim.queue, claim.id)] = entry
         self.idle.clear()
-        task = asyncio.create_task(self._run(entry))
+        loop = self._loop or asyncio.get_running_loop()
+        task = loop.create_task(self._run(entry))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -9,7 +9,6 @@ pushes how to give it back onto `pickup.holds`; the processor gives every hold b
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -109,7 +108,7 @@ class Pickup(msgspec.Struct):
             name, release = self.holds.pop()
             try:
                 result = release()
-                if inspect.isawaitable(result):
+                if result is not None:  # an awaitable (a sync release returns None)
                     await result
             except Exception as exc:  # one failed release must not keep the others
                 event("hold_release_failed", job=self.claim.id, hold=name, error=str(exc))
