@@ -118,6 +118,10 @@ class Script:
         """Add the call to a pipeline; `load_all` must have run on this server first."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
+    def command(self, keys: Sequence[str], args: Sequence[Arg]) -> tuple[Any, ...]:
+        """The call as one command for `wire.send_all`."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+
 
 @cache
 def script(name: str) -> Script:

@@ -51,6 +51,7 @@ from dispatch.queue.items import (
 )
 from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, queue_keys, queues_registry
 from dispatch.queue.scripts import Arg, Code, checked, load_all, raise_for, script
+from dispatch.queue.wire import Command, send_all
 
 __all__ = [
     "MAX_ITEMS",
@@ -204,10 +205,11 @@ class Queue:
         items = items[split:]
         fkeys, fargs = self._finish_call(items)
         ckeys, cargs = self._claim_call(count, host, lock_ms)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            script("job_finish").queue(pipe, fkeys, fargs)
-            script("job_claim").queue(pipe, ckeys, cargs)
-            finished, claimed = await _execute_with_scripts(self.redis, pipe)
+        commands = [
+            script("job_finish").command(fkeys, fargs),
+            script("job_claim").command(ckeys, cargs),
+        ]
+        finished, claimed = await _send_scripts(self.redis, commands)
         batch = self._claims(claimed)
         if finished == Code.BAD_INPUT:  # the claims the refused call came with go back at once
             await self.hand_back([(c.id, c.token) for c in batch.claims])
@@ -345,18 +347,17 @@ def _ended(codes: Sequence[Any]) -> list[bool]:
     return [int(c) > 0 for c in codes]
 
 
-async def _execute_with_scripts(redis: Redis, pipe: Any) -> list[Any]:
-    """Run a pipeline of EVALSHA calls. A call the server had no script for runs again once
-    the scripts are loaded, and only that call: the others ran (a claim among them took jobs)."""
-    commands = list(pipe.command_stack)
-    results = list(await pipe.execute(raise_on_error=False))
+async def _send_scripts(redis: Redis, commands: list[Command]) -> list[Any]:
+    """EVALSHA calls in one round trip (`wire.send_all`). A call the server had no script for
+    runs again once the scripts are loaded, and only that call: the others ran (a claim among
+    them took jobs)."""
+    results = await send_all(redis, commands)
     missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
     if missing:
         await load_all(redis)
-        async with redis.pipeline(transaction=False) as again:
-            again.command_stack = [commands[i] for i in missing]
-            for i, result in zip(missing, await again.execute(raise_on_error=False), strict=True):
-                results[i] = result
+        again = await send_all(redis, [commands[i] for i in missing])
+        for i, result in zip(missing, again, strict=True):
+            results[i] = result
     for result in results:
         if isinstance(result, Exception):
             raise result
