@@ -228,16 +228,18 @@ def _egress_problems(hosts: list[str]) -> list[str]:
 
 
 def _text_problems(job: Job) -> list[str]:
-    problems = [
-        f"env name {k!r} is not a valid variable name"
-        for k in job.env
-        if not _ENV_NAME.fullmatch(k)
-    ]
-    problems += [
-        f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
-        for k, v in job.secret_refs().items()
-        if not _SECRET_REF.fullmatch(v.secret)
-    ]
+    problems = []
+    if job.env:  # most jobs have none: no comprehension to build
+        problems += [
+            f"env name {k!r} is not a valid variable name"
+            for k in job.env
+            if not _ENV_NAME.fullmatch(k)
+        ]
+        problems += [
+            f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
+            for k, v in job.secret_refs().items()
+            if not _SECRET_REF.fullmatch(v.secret)
+        ]
     if _has_nul(job):
         problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems

@@ -94,12 +94,19 @@ class LockKeeper:
         """Stop each run whose claim may lapse before its stop could finish."""
         now = self.clock.monotonic()
         for entry in entries:
-            quiet = now - entry.renewed_at
-            if quiet >= self.lost_after_s:
-                entry.signal.abort(LOCK_LOST, urgent=True)
-            elif quiet >= self.stop_after_s and not entry.signal.is_set:
-                event("lock_deadline_stop", job=entry.claim.id, quiet_s=round(quiet, 3))
-                entry.signal.abort(LOCK_LOST)
+            self._judge(entry, now)
+
+    def judge_one(self, entry: Running) -> None:
+        """`judge` of one run: at its claim, and at the last look before it starts."""
+        self._judge(entry, self.clock.monotonic())
+
+    def _judge(self, entry: Running, now: float) -> None:
+        quiet = now - entry.renewed_at
+        if quiet >= self.lost_after_s:
+            entry.signal.abort(LOCK_LOST, urgent=True)
+        elif quiet >= self.stop_after_s and not entry.signal.is_set:
+            event("lock_deadline_stop", job=entry.claim.id, quiet_s=round(quiet, 3))
+            entry.signal.abort(LOCK_LOST)
 
     async def _renew(self, queue: Queue) -> None:
         held = {k[1]: e for k, e in self.running.items() if k[0] == queue.name}

@@ -257,8 +257,8 @@ class Worker:
         # A lock judged from the claim's send: one that lapsed before the reply was read is
         # stopped here, before its run can start (the processor then hands it back).
         entry = Running(claim, renewed_at=sent)
-        self.locks.judge([entry])
-        entry.signal.judged_by(lambda: self.locks.judge([entry]))
+        self.locks.judge_one(entry)
+        entry.signal.judged_by(partial(self.locks.judge_one, entry))
         old = self.running.get((claim.queue, claim.id))
         if old is not None:  # claimed again after a sweep: the old claim is lost for good
             old.signal.abort(LOCK_LOST, urgent=True)
