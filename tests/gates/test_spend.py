@@ -23,8 +23,11 @@ from dispatch.reasons import DAILY_TOKEN_CAP, DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP
 from tests.support.pickups import claim_of
 
 pytestmark = pytest.mark.anyio
-# counter keys expire by the server's clock, so the injected one starts at the real now
-NOW = SystemClock().now_ms()
+# Counter keys expire by the server's clock (8 days past their window), so the injected clock
+# starts near the real now: at noon UTC of today, where the UTC day and the Amsterdam day the
+# soft-band test compares are one date (from 23:00 UTC they were a day apart, and it failed).
+DAY_MS = 86_400_000
+NOW = SystemClock().now_ms() // DAY_MS * DAY_MS + DAY_MS // 2
 
 
 @pytest.fixture
