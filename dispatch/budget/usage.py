@@ -73,9 +73,8 @@ class UsageDirs:
         self.settled_ns = int(settled_s * 1e9)
         self._clean: list[Path] = []
         self._made = 0
-        # a clean directory's lstat when it was last seen clean; lent: whether it was quiet
-        self._stamps: dict[Path, Mark] = {}
-        self._quiet: dict[Path, bool] = {}
+        self._stamps: dict[Path, Mark] = {}  # a clean directory's mark when last seen clean
+        self._lent_quiet: dict[Path, Mark] = {}  # lent while quiet: the mark it must keep
 
     def take(self) -> Path | None:
         """A clean directory for one run; None (logged) when none can be made: the job then
@@ -84,8 +83,8 @@ class UsageDirs:
             run_dir = self._clean.pop()
             stamp = self._stamps.get(run_dir)
             # the wall clock, as file times are: a change from now on gets a later ctime
-            quiet = stamp is not None and time.time_ns() - stamp[-1] >= self.settled_ns
-            self._quiet[run_dir] = quiet
+            if stamp is not None and time.time_ns() - stamp[-1] >= self.settled_ns:
+                self._lent_quiet[run_dir] = stamp
             return run_dir
         self._made += 1
         name = f"slot-{self._made}"
@@ -102,7 +101,8 @@ class UsageDirs:
         """The run's report; then its directory is clean for the next run, or gone."""
         if run_dir is None:
             return Usage()
-        if self._quiet.pop(run_dir, False) and self._untouched(run_dir):
+        stamp = self._lent_quiet.pop(run_dir, None)
+        if stamp is not None and _mark_of(run_dir) == stamp:
             self._clean.append(run_dir)  # nothing was made in it: nothing to read or clear
             return Usage()
         try:
@@ -129,16 +129,15 @@ class UsageDirs:
             self._stamps.pop(run_dir, None)
             shutil.rmtree(run_dir, ignore_errors=True)
 
-    def _untouched(self, run_dir: Path) -> bool:
-        stamp = self._stamps.get(run_dir)
-        try:
-            st = os.lstat(run_dir)
-        except OSError:
-            return False
-        return stamp is not None and _mark(st) == stamp
-
 
 Mark = tuple[int, int, int, int, int, int, int]
+
+
+def _mark_of(path: Path) -> Mark | None:
+    try:
+        return _mark(os.lstat(path))
+    except OSError:
+        return None
 
 
 def _mark(st: os.stat_result) -> Mark:

@@ -136,7 +136,7 @@ class SizeGate:
         project = pickup.project
         key = (id(project), pickup.job.size)
         worked = self._memo.get(key)
-        if worked is None or worked[0] is not project:
+        if worked is None:
             size = resolve_size(project, pickup.job, self.settings, pickup.config.overlay)
             share = project.host_share if project and self.budget.configured else None
             worked = self._memo[key] = (project, size, self.budget.misfit(size, share))
