@@ -1,5 +1,10 @@
 """How many more jobs this host may take: a counter with an event that is set while there is
-room, so the queue watchers block on the marker only when a claim could follow."""
+room, so the queue watchers block on the marker only when a claim could follow.
+
+A slot is held from the claim until the job's ending is sent: an ending waiting for its flush
+keeps its slot, and the flush hands it straight to the claim it carries (`take(freed=...)`).
+Given back at the job's end instead, it would be room for the pump and the watcher, whose own
+claim (and BZPOPMIN) would leave the flush claiming nothing: two calls where one does."""
 
 from __future__ import annotations
 
@@ -19,10 +24,12 @@ class Capacity:
         self.room = asyncio.Event()
         self.room.set()
 
-    def take(self, draining: bool) -> int:
-        """Reserve room for one claim call; give back what the call did not use."""
-        want = 0 if draining else min(self.free, self.batch)
-        self.adjust(-want)
+    def take(self, draining: bool, freed: int = 0) -> int:
+        """Reserve room for one claim call; give back what the call did not use. `freed`: the
+        slots of the endings the same call sends, given back in the same step."""
+        room = self.free + freed
+        want = 0 if draining else min(room, self.batch)
+        self.adjust(freed - want)
         return want
 
     def give(self, n: int = 1) -> None:

@@ -9,7 +9,8 @@
   flusher  ends finished claims in one script call together with the next claim (one round
            trip per batch), and appends their run records to the local log in one write.
            Two such flights may be under way at once: on a host of many slots its jobs run
-           in two cohorts (`Capacity.batch`), each ended while the other runs.
+           in two cohorts (`Capacity.batch`), each ended while the other runs. A flight
+           carries one cohort's endings at most, and their slots go to the claim it carries.
 
 A claim is started with the instant its call was sent: Redis set the lock's deadline no
 earlier, so the lock keeper judges the claim from then, however late the reply was read (a
@@ -97,6 +98,7 @@ class Lane:
         self.wake.set()
 
     def end(self, finish: Finish, run_json: bytes | None) -> None:
+        """The job keeps its slot until this ending is sent (capacity.py)."""
         self.pending.append((finish, run_json))
         self.flush_now.set()
 
@@ -210,18 +212,26 @@ class Lane:
     # -- flusher ---------------------------------------------------------------------------
 
     async def flusher(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self.life.closing:
             await self.flush_now.wait()
             self.flush_now.clear()
-            if self.pending and len(self.flights) < MAX_FLIGHTS:
-                flight = asyncio.get_running_loop().create_task(self._flight())
+            # A flight carries one cohort's endings at most, taken now: endings of two cohorts
+            # that met here go out as two flights, each claiming one cohort again.
+            while self.pending and len(self.flights) < MAX_FLIGHTS:
+                flight = loop.create_task(self._flight(self._next_cohort()))
                 self.flights.add(flight)
                 flight.add_done_callback(self.flights.discard)
 
-    async def _flight(self) -> None:
+    def _next_cohort(self) -> list[tuple[Finish, bytes | None]]:
+        batch = self.pending[: max(self.capacity.batch, 1)]
+        del self.pending[: len(batch)]
+        return batch
+
+    async def _flight(self, batch: list[tuple[Finish, bytes | None]]) -> None:
         try:
-            await self.flush()
-        except Exception as exc:  # a bug (faults are handled in flush): said, never silent
+            await self._send(batch)
+        except Exception as exc:  # a bug (faults are handled in _send): said, never silent
             event("task_failed", task=f"flush:{self.name}", error=f"{type(exc).__name__}: {exc}")
         finally:  # what ended meanwhile goes next
             if self.pending:
@@ -233,10 +243,13 @@ class Lane:
             await asyncio.wait(set(self.flights), timeout=timeout_s)
 
     async def flush(self) -> None:
-        batch, self.pending = self.pending, []
+        """Send one cohort of the pending endings now (shutdown, tests)."""
+        await self._send(self._next_cohort())
+
+    async def _send(self, batch: list[tuple[Finish, bytes | None]]) -> None:
         self._write_local(run for _, run in batch if run)
         items = [finish for finish, _ in batch]
-        want = self.capacity.take(self.life.draining)
+        want = self.capacity.take(self.life.draining, freed=len(items))
         sent = self.clock.monotonic()
         try:
             self.claiming += 1
@@ -248,13 +261,13 @@ class Lane:
                 oks, claimed = await self.queue.finish(items), None
         except (RedisError, OSError) as exc:
             self.unsure = self.unsure or want > 0
-            self.capacity.give(want)
+            self.capacity.adjust(want - len(items))  # back as it was: the endings hold theirs
             self.pending[:0] = [(f, None) for f in items]  # the local record is already written
             event("redis_error", during="finish", error=str(exc))
             await self.life.stopped_within(FINISH_RETRY_S)
             self.flush_now.set()
             return
-        except BadCall as exc:  # sending it again cannot help
+        except BadCall as exc:  # sending it again cannot help; their slots are free
             self.capacity.give(want)
             event("finish_refused_bad_call", jobs=[f.id for f in items], error=str(exc))
             return

@@ -303,5 +303,4 @@ class Worker:
         lane = self.lanes[claim.queue]
         if ending.waited and ending.action == "finish":
             lane.waited.add(claim.id)
-        lane.end(finish, local_copy)
-        self.capacity.give(1)
+        lane.end(finish, local_copy)  # its slot goes with the ending, to the next claim

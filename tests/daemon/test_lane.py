@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.tasks import Lifecycle
-from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
+from dispatch.queue.transitions import Claim, ClaimBatch, Finish, NewJob, Queue
 from dispatch.records.disk_log import RecordLog
 from tests.support.polling import eventually
 
@@ -65,6 +66,7 @@ async def test_a_refused_finish_is_dropped_not_retried(
     lane = lane_of(redis, prefix, tmp_path, 2, FakeClock())
     await lane.queue.enqueue([NewJob("a", b'{"id":"a"}'), NewJob("b", b'{"id":"b"}')])
     (claim,) = (await lane.queue.claim(1, "h1", 60_000)).claims
+    lane.capacity.adjust(-1)  # the slot its claim holds, as the lane's own claims take one
     lane.end(Finish("finish", claim.id, claim.token, b"not json"), None)
     await lane.flush()
     assert lane.pending == []
@@ -108,3 +110,71 @@ async def test_an_outcome_blocked_by_a_fresh_claim_is_kept_once_that_claim_defer
     assert await redis.hget(lane.queue.keys.runs, "a#1") is None and lane.keeping
     await redis.hdel(lane.queue.keys.lock, "a")  # the other host's pickup deferred
     assert await eventually(lambda: redis.hget(lane.queue.keys.runs, "a#1"), timeout=5) == ran
+
+
+async def test_an_ending_keeps_its_slot_until_its_flush_hands_it_to_the_next_claim(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A job that ended gives no room to the pump or the watcher while its ending waits: the
+    flush that sends it claims with its slot, in the same call."""
+    lane = lane_of(redis, prefix, tmp_path, 1, FakeClock())
+    started: list[Claim] = []
+    lane.start = lambda claim, sent: started.append(claim)
+    await lane.queue.enqueue([NewJob("a", b'{"id":"a"}'), NewJob("b", b'{"id":"b"}')])
+    await lane.claim()
+    (a,) = started
+    lane.end(Finish("finish", "a", a.token, b"{}"), None)
+    assert lane.capacity.free == 0 and not lane.capacity.room.is_set()
+    await lane.flush()
+    assert [c.id for c in started] == ["a", "b"]
+    assert lane.capacity.free == 0
+    assert await redis.hget(lane.queue.keys.result, "a") == b"{}"
+
+
+async def test_two_cohorts_that_ended_together_leave_as_two_flights(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Endings of both cohorts met while no flight was out: each flight carries one cohort
+    and claims one again, so the host keeps two cohorts rather than one of all its slots."""
+    lane = lane_of(redis, prefix, tmp_path, 64, FakeClock())
+    lane.capacity = Capacity(64, 100)  # cohorts of 32
+    lane.queue = queue = CountingQueue(redis, "jobs", prefix)
+    started: list[Claim] = []
+    lane.start = lambda claim, sent: started.append(claim)
+    await lane.queue.enqueue([NewJob(f"j{i}", b"{}") for i in range(128)])
+    await lane.claim()
+    await lane.claim()
+    first = list(started)
+    assert len(first) == 64 and lane.capacity.free == 0
+    for claim in first:
+        lane.end(Finish("finish", claim.id, claim.token, b"{}"), None)
+    flusher = asyncio.create_task(lane.flusher())
+    try:
+        await eventually(lambda: _is(len(started) == 128 and not lane.flights))
+    finally:
+        lane.life.close()
+        lane.flush_now.set()
+        await asyncio.wait_for(flusher, 5)
+    assert queue.calls == [(32, 32), (32, 32)]
+    assert await redis.hlen(lane.queue.keys.result) == 64
+    assert lane.capacity.free == 0 and lane.pending == []
+
+
+async def _is(value: bool) -> bool:
+    return value
+
+
+class CountingQueue(Queue):
+    """The real queue, noting what each finish-and-claim call carried."""
+
+    calls: list[tuple[int, int]]
+
+    def __init__(self, redis: Redis, name: str, prefix: str) -> None:
+        super().__init__(redis, name, prefix)
+        self.calls = []
+
+    async def finish_and_claim(
+        self, items: Sequence[Finish], count: int, host: str, lock_ms: int
+    ) -> tuple[list[bool], ClaimBatch]:
+        self.calls.append((len(items), count))
+        return await super().finish_and_claim(items, count, host, lock_ms)
