@@ -36,6 +36,9 @@ class Charge:
         )
 
 
+NOTHING = Charge()  # refunded, or never reserved and nothing reported
+
+
 def never_started(started: bool, exit_code: int | None) -> bool:
     return not started or exit_code in NEVER_STARTED_EXITS
 
@@ -47,11 +50,13 @@ def charge(
     if never_started(started, exit_code):
         if reservation is not None:
             reservation.close("refund")
-        return Charge()
+        return NOTHING
     usd = usage.usd_micro
     if reservation is not None:
         reservation.close("settle", -1 if usd is None else usd, usage.tokens or 0)
         if usd is None and reservation.usd_micro:
             usd = reservation.usd_micro
+    if reservation is None and usd is None and usage.tokens is None:
+        return NOTHING
     cost = None if usd is None else usd / MICRO
     return Charge(reservation is not None, cost, usage.tokens)

@@ -54,6 +54,9 @@ class Usage:
     tokens: int | None = None
 
 
+NO_REPORT = Usage()
+
+
 def usage_root(state_dir: Path) -> Path:
     return state_dir / "usage"
 
@@ -100,17 +103,17 @@ class UsageDirs:
     def read_and_return(self, run_dir: Path | None, file_name: str, job_id: str) -> Usage:
         """The run's report; then its directory is clean for the next run, or gone."""
         if run_dir is None:
-            return Usage()
+            return NO_REPORT
         stamp = self._lent_quiet.pop(run_dir, None)
         if stamp is not None and _mark_of(run_dir) == stamp:
             self._clean.append(run_dir)  # nothing was made in it: nothing to read or clear
-            return Usage()
+            return NO_REPORT
         try:
             left = os.listdir(run_dir)
         except OSError:
             left = None
         try:
-            return _read(run_dir / file_name, job_id) if left else Usage()
+            return _read(run_dir / file_name, job_id) if left else NO_REPORT
         finally:
             self._give_back(run_dir, file_name, left)
 
@@ -172,7 +175,7 @@ def _read(path: Path, job_id: str) -> Usage:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return Usage()
+        return NO_REPORT
     except OSError as exc:  # a link, a FIFO's peer, a permission: not a report we trust
         return _malformed(job_id, f"cannot open: {exc.strerror or exc}")
     try:
@@ -204,4 +207,4 @@ def parse(raw: bytes, job_id: str) -> Usage:
 
 def _malformed(job_id: str, why: str) -> Usage:
     event("usage_report_malformed", job=job_id, error=" ".join(why.split())[:300])
-    return Usage()
+    return NO_REPORT

@@ -36,7 +36,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from dispatch.budget.charge import Charge, charge
-from dispatch.budget.usage import Usage, UsageDirs
+from dispatch.budget.usage import NO_REPORT, UsageDirs
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon.engine_wait import EngineWait
@@ -292,7 +292,7 @@ class Processor:
     def _charge(self, pickup: Pickup, ctx: RunContext, result: RunResult) -> Charge:
         """Read the run's usage report and settle (or refund) its spend reservation, in the
         background: a Redis fault there never holds up or fails the job's end."""
-        report = Usage()
+        report = NO_REPORT
         if self._usage is not None:
             report = self._usage.read_and_return(ctx.usage_dir, ctx.usage_name, ctx.job.id)
         return charge(pickup.spend, report, result.started, result.exit_code)

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from dispatch.fleet.folders import FolderLocks
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Ticket:
+class Ticket(msgspec.Struct, frozen=True, eq=False):
     """Proof of one held slot. Compared by identity, so no two tickets are ever equal."""
 
     key: str
@@ -67,7 +68,9 @@ class Slots:
         """Take a slot of `key` if fewer than `limit` are held; None when full."""
         if limit < 0:
             raise ValueError(f"slot limit must be >= 0, got {limit}")
-        pool = self._pools.setdefault(key, _Pool())
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = _Pool()
         pool.limit = limit
         if len(pool.held) >= limit:
             pool.denials += 1

@@ -97,6 +97,8 @@ class Pickup(msgspec.Struct):
 
     def degraded(self) -> tuple[str, ...]:
         """The fleet leases this pickup holds that Redis never confirmed (failed open)."""
+        if not self.leases:
+            return ()
         return tuple(lease.name for lease in self.leases if lease.degraded)
 
     def hold(self, name: str, release: Release) -> None:
