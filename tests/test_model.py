@@ -210,3 +210,22 @@ def test_iso_is_each_instant_as_utc_with_milliseconds_whatever_came_before(
     for ms in [*instants, *instants]:  # repeats and returns: its one-entry cache must not leak
         moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
         assert iso(ms) == moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+TEXT = st.text(st.sampled_from(["a", "\0", "\\", "u", "0", "é", '"']), max_size=8)
+
+
+@given(st.lists(TEXT, max_size=3), TEXT, st.booleans())
+@example(["\\u0000"], "", False)  # the escape written as text: no NUL, no refusal
+@example([], "x\0", True)
+def test_a_nul_in_any_text_is_refused_and_only_a_nul(
+    command: list[str], image: str, as_text: bool
+) -> None:
+    raw = encoder.encode(Job(id="n1", command=command, image=image or None))
+    has_nul = any("\0" in text for text in [*command, image])
+    try:
+        job = decode_job(raw.decode() if as_text else raw)
+    except InvalidJob as exc:
+        assert has_nul and "NUL" in str(exc)
+    else:
+        assert not has_nul and job.command == command

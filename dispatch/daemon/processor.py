@@ -176,24 +176,28 @@ class Processor:
         return ending
 
     async def _process(self, claim: Claim, signal: AbortSignal) -> Ending:
+        try:  # a version this build does not know never decodes: it is told apart below
+            job = decode_job(claim.data)
+        except InvalidJob as exc:
+            return self._unreadable(claim, exc)
+        ending = await self._pickup(Pickup(claim, job, signal, self.config()))
+        ending.waited = bool(job.wait_for)
+        return ending
+
+    def _unreadable(self, claim: Claim, exc: InvalidJob) -> Ending:
+        """A newer release's document waits for a host that reads it; any other is refused."""
         version = peek_version(claim.data)
         if version > JOB_VERSION:
             return self._defer(
                 claim, Defer(NEWER_RELEASE_DELAY_MS, NEWER_RELEASE, detail=f"v{version}")
             )
-        try:
-            job = decode_job(claim.data)
-        except InvalidJob as exc:
-            refusal = unreadable_refusal(claim.data) or Refuse(INVALID_JOB, str(exc))
-            return self._refuse(claim, None, refusal)
-        ending = await self._pickup(Pickup(claim, job, signal, self.config()))
-        ending.waited = bool(job.wait_for)
-        return ending
+        refusal = unreadable_refusal(claim.data) or Refuse(INVALID_JOB, str(exc))
+        return self._refuse(claim, None, refusal)
 
     async def _pickup(self, pickup: Pickup) -> Ending:
         claim, job = pickup.claim, pickup.job
         try:
-            decision = await self._gates(pickup)
+            decision = await self._gates(pickup) if self.gates else ADMIT
             job = pickup.job = _resolved(pickup)  # records name the project the gates found
             if isinstance(decision, Defer):
                 return self._defer(claim, decision, job)
@@ -203,7 +207,8 @@ class Processor:
                 return self._settled(claim, job, decision.record)
             return await self._run(pickup)
         finally:  # only once the run is gone: its folder, slots and budget stay held till then
-            await pickup.release()
+            if pickup.holds:
+                await pickup.release()
 
     async def _gates(self, pickup: Pickup) -> Decision:
         decision: Decision = ADMIT

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -238,13 +239,15 @@ async def test_a_refusal_keeps_its_sentence_in_the_result_and_both_records(daemo
 async def test_a_job_from_a_newer_release_is_deferred(daemon: Daemon) -> None:
     queue = daemon.worker.lanes["jobs"].queue
     await queue.enqueue([NewJob("future1", b'{"id": "future1", "v": 99, "shiny": true}')])
+    await queue.enqueue([NewJob("future2", b'{"id": "future2", "v": 99}')])  # shaped like ours
 
-    async def deferred() -> bool:
-        view = await daemon.client.get("future1")
+    async def deferred(job_id: str) -> bool:
+        view = await daemon.client.get(job_id)
         return bool(view and view.defer and view.defer.reason == "newer-release")
 
-    await eventually(deferred)
-    assert await daemon.state("future1") == "delayed"
+    for job_id in ("future1", "future2"):
+        await eventually(partial(deferred, job_id))
+        assert await daemon.state(job_id) == "delayed"
 
 
 async def _exists(path: Path) -> bool:
