@@ -20,7 +20,8 @@ class Capacity:
         # run in two cohorts that take turns, one in the loop while Redis ends the other and
         # claims its successors, where one batch of all would leave the loop idle for every
         # round trip. Fewer slots keep whole batches: halves would double the commands per job.
-        self.batch = min(batch, slots // 2 if slots >= COHORTS_FROM else slots)
+        self.cohorts = slots >= COHORTS_FROM
+        self.batch = min(batch, slots // 2 if self.cohorts else slots)
         self.room = asyncio.Event()
         self.room.set()
 

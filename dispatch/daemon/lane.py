@@ -11,6 +11,8 @@
            Two such flights may be under way at once: on a host of many slots its jobs run
            in two cohorts (`Capacity.batch`), each ended while the other runs. A flight
            carries one cohort's endings at most, and their slots go to the claim it carries.
+           A cohort landing as the other just began is held until that one's endings fly
+           (at most `HOLD_S`), so the two take turns instead of falling into step.
 
 A claim is started with the instant its call was sent: Redis set the lock's deadline no
 earlier, so the lock keeper judges the claim from then, however late the reply was read (a
@@ -50,6 +52,7 @@ FINISH_RETRY_S = 0.5
 KEEP_EVERY_S = 1.0  # a blocked outcome is tried again this often (the settled gate waits 3 s)
 KEEP_TRIES = 3
 MAX_FLIGHTS = 2  # finish-and-claim calls of one lane under way at once
+HOLD_S = 0.010  # a cohort that lands while the other just began waits at most this long
 Kept = tuple[str, str, str, bytes]  # job id, fencing token, run id, record
 
 
@@ -80,12 +83,17 @@ class Lane:
     must_claim: bool = True
     due_at: float | None = None  # the clock's monotonic instant of the next delayed job
     claiming: int = 0  # claim calls in flight
+    calls_begun: int = 0  # claim calls begun so far: `recover` tells one that came and went
     unsure: bool = False  # a claim call failed: its script may have run, its reply lost
     keeping: set[asyncio.Task[None]] = field(default_factory=set)  # outcomes tried again
     # jobs whose wait state goes once their finish lands, and how (records/wait_state.py)
     waited: set[str] = field(default_factory=set)
     forget: Callable[[str, Sequence[str]], Awaitable[None]] | None = None
     flights: set[asyncio.Task[None]] = field(default_factory=set)  # flushes under way
+    live: int = 0  # jobs this lane started whose endings it has not been given yet
+    begun_at: float = float("-inf")  # the clock's monotonic instant the last claims began
+    held: list[tuple[Claim, float]] = field(default_factory=list)  # a cohort waiting to begin
+    _release: asyncio.TimerHandle | None = None
 
     @property
     def name(self) -> str:
@@ -99,6 +107,7 @@ class Lane:
 
     def end(self, finish: Finish, run_json: bytes | None) -> None:
         """The job keeps its slot until this ending is sent (capacity.py)."""
+        self.live -= 1
         self.pending.append((finish, run_json))
         self.flush_now.set()
 
@@ -139,6 +148,7 @@ class Lane:
         sent = self.clock.monotonic()
         try:
             self.claiming += 1
+            self.calls_begun += 1
             batch = await self.queue.claim(want, self.settings.host, self.settings.lock_ms)
         except (RedisError, OSError) as exc:
             self.capacity.give(want)
@@ -161,24 +171,58 @@ class Lane:
             if batch.next_due_ms
             else None
         )
-        for claim in batch.claims:
-            self.start(claim, sent)
+        if batch.claims and self._hold_back():
+            self.held += [(claim, sent) for claim in batch.claims]
+            if self._release is None:
+                self._release = asyncio.get_running_loop().call_later(HOLD_S, self.begin_held)
+        else:
+            self._begin([(claim, sent) for claim in batch.claims])
         if batch.claims and len(batch.claims) == want and self.capacity.free > 0:
             self.poke()  # a full claim, and room for more: the next cohort
+
+    def _hold_back(self) -> bool:
+        """Whether claims that just landed wait for the other cohort's flight: its jobs began
+        moments ago and have not all ended. Begun together, both cohorts would end together
+        and fly together, and the loop would idle while both are in the air."""
+        return (
+            self.capacity.cohorts
+            and self.live > 0
+            and self.clock.monotonic() - self.begun_at < HOLD_S
+        )
+
+    def begin_held(self) -> None:
+        """Begin the held cohort: its peer's endings are on their way, or it waited long enough."""
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        held, self.held = self.held, []
+        self._begin(held)
+
+    def _begin(self, claims: list[tuple[Claim, float]]) -> None:
+        if claims:
+            self.live += len(claims)
+            self.begun_at = self.clock.monotonic()
+        for claim, sent in claims:
+            self.start(claim, sent)
 
     async def recover(self, running: set[tuple[str, str]]) -> None:
         """After a claim call failed, hand back the claims of this host that nobody here runs:
         the script may have run and only its reply been lost. Looked at only while no claim
-        call is in flight, so a claim whose reply is on its way is never taken for one."""
+        call is in flight, so a claim whose reply is on its way is never taken for one, and
+        given up when one began while the claims were read: they may hold its claims, which
+        `ours` was taken too early to know (it looks again at the next renewal)."""
         if not self.unsure or self.claiming:
             return
+        began = self.calls_begun
         ours = running | {(f.id, f.token) for f, _ in self.pending}
+        ours |= {(c.id, c.token) for c, _ in self.held}
         claims = await self.queue.claims_of(self.settings.host)
-        if self.claiming:  # a claim started meanwhile: its tokens may be in what was read
+        if self.claiming or self.calls_begun != began:
             return
         orphans = [pair for pair in claims if pair not in ours]
         handed, recorded = await self.queue.hand_back(orphans)
-        self.unsure = False
+        if self.calls_begun == began:  # else a later call may have failed: look again
+            self.unsure = False
         if handed or recorded:
             event("lost_claims_handed_back", queue=self.name, jobs=handed, recorded=recorded)
 
@@ -224,8 +268,11 @@ class Lane:
                 flight.add_done_callback(self.flights.discard)
 
     def _next_cohort(self) -> list[tuple[Finish, bytes | None]]:
+        """Endings for one call, counted as a call under way from now (`recover`)."""
         batch = self.pending[: max(self.capacity.batch, 1)]
         del self.pending[: len(batch)]
+        self.claiming += 1  # _send counts it down
+        self.calls_begun += 1
         return batch
 
     async def _flight(self, batch: list[tuple[Finish, bytes | None]]) -> None:
@@ -252,7 +299,9 @@ class Lane:
         want = self.capacity.take(self.life.draining, freed=len(items))
         sent = self.clock.monotonic()
         try:
-            self.claiming += 1
+            # A held cohort begins once this call is on the wire: its tasks run after this
+            # step, which writes the call before its first wait.
+            self.begin_held()
             if want:
                 oks, claimed = await self.queue.finish_and_claim(
                     items, want, self.settings.host, self.settings.lock_ms

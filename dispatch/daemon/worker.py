@@ -217,6 +217,7 @@ class Worker:
         self.capacity.room.set()  # let the watchers see the drain
         for lane in self.lanes.values():
             lane.wake.set()
+            lane.begin_held()  # claimed: they run (or are handed back) like the others
         event("worker_draining", running=len(self.running), grace_s=self.s.shutdown_grace_s)
         if not await self._idle_within(self.s.shutdown_grace_s):
             for entry in self.running.values():

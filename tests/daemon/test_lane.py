@@ -143,7 +143,9 @@ async def test_two_cohorts_that_ended_together_leave_as_two_flights(
     lane.start = lambda claim, sent: started.append(claim)
     await lane.queue.enqueue([NewJob(f"j{i}", b"{}") for i in range(128)])
     await lane.claim()
-    await lane.claim()
+    await lane.claim()  # landed while the first cohort had only just begun: it waits
+    assert len(started) == 32 and len(lane.held) == 32
+    lane.begin_held()
     first = list(started)
     assert len(first) == 64 and lane.capacity.free == 0
     for claim in first:
@@ -178,3 +180,93 @@ class CountingQueue(Queue):
     ) -> tuple[list[bool], ClaimBatch]:
         self.calls.append((len(items), count))
         return await super().finish_and_claim(items, count, host, lock_ms)
+
+
+def cohort_lane(redis: Redis, prefix: str, tmp_path: Path) -> tuple[Lane, list[Claim]]:
+    """A lane of 64 slots, so claims take cohorts of 32, noting what it begins."""
+    lane = lane_of(redis, prefix, tmp_path, 64, FakeClock())
+    lane.capacity = Capacity(64, 100)
+    started: list[Claim] = []
+    lane.start = lambda claim, sent: started.append(claim)
+    return lane, started
+
+
+async def test_a_cohort_that_lands_as_the_other_begins_waits_for_the_others_flight(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Begun together, two cohorts would end and fly together; the second waits until the
+    first's endings are sent, and begins with that call on the wire."""
+    lane, started = cohort_lane(redis, prefix, tmp_path)
+    await lane.queue.enqueue([NewJob(f"j{i}", b"{}") for i in range(96)])
+    await lane.claim()
+    await lane.claim()
+    first, waiting = list(started), [c for c, _ in lane.held]
+    assert len(first) == 32 and len(waiting) == 32
+    for claim in first:
+        lane.end(Finish("finish", claim.id, claim.token, b"{}"), None)
+    await lane.flush()
+    assert started[32:] == waiting  # begun by the flight of the first cohort's endings
+    assert len(lane.held) == 32  # what that flight claimed waits in turn for the next one
+    assert lane.capacity.free == 0
+
+
+async def test_a_held_cohort_begins_on_its_own_when_no_flight_comes(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Jobs that run long send nothing soon: the held cohort waits HOLD_S at most."""
+    lane, started = cohort_lane(redis, prefix, tmp_path)
+    await lane.queue.enqueue([NewJob(f"j{i}", b"{}") for i in range(64)])
+    await lane.claim()
+    await lane.claim()
+    assert len(started) == 32
+    await eventually(lambda: _is(len(started) == 64), timeout=2)
+    assert lane.held == []
+
+
+async def test_held_claims_are_not_handed_back_as_lost(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """After a failed claim call the lane hands back claims nobody here runs; a held cohort
+    is this host's own, about to run."""
+    lane, started = cohort_lane(redis, prefix, tmp_path)
+    await lane.queue.enqueue([NewJob(f"j{i}", b"{}") for i in range(64)])
+    await lane.claim()
+    await lane.claim()
+    lane.unsure = True
+    await lane.recover({(c.id, c.token) for c in started})
+    assert len(await lane.queue.claims_of("h1")) == 64
+    assert await redis.llen(lane.queue.keys.wait) == 0
+
+
+async def test_claims_made_while_recover_reads_are_not_taken_for_lost_ones(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A claim call that begins and lands while recover reads this host's claims may put its
+    claims in what is read, though recover's view of its own runs predates them: it gives up
+    and looks again later, rather than hand back jobs this host is running."""
+    lane = lane_of(redis, prefix, tmp_path, 4, FakeClock())
+    started: list[Claim] = []
+    lane.start = lambda claim, sent: started.append(claim)
+    lane.queue = queue = ClaimingMeanwhile(redis, "jobs", prefix, lane)
+    await queue.enqueue([NewJob(f"j{i}", b"{}") for i in range(4)])
+    lane.unsure = True
+    await lane.recover(set())
+    assert len(started) == 4  # claimed while recover read
+    assert sorted(await queue.claims_of("h1")) == sorted((c.id, c.token) for c in started)
+    assert await redis.llen(queue.keys.wait) == 0 and lane.unsure  # nothing handed back
+    await lane.recover({(c.id, c.token) for c in started})  # the next look finds them ours
+    assert not lane.unsure and len(await queue.claims_of("h1")) == 4
+
+
+class ClaimingMeanwhile(Queue):
+    """The real queue; the first read of this host's claims lets the lane claim first."""
+
+    def __init__(self, redis: Redis, name: str, prefix: str, lane: Lane) -> None:
+        super().__init__(redis, name, prefix)
+        self.lane, self.first = lane, True
+
+    async def claims_of(self, host: str) -> list[tuple[str, str]]:
+        if self.first:
+            self.first = False
+            await self.lane.claim()
+        return await super().claims_of(host)
