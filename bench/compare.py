@@ -25,6 +25,11 @@ The systems and their settings (library defaults unless said):
                   jobs move to the queue on its 1 s schedule timer (default), which bounds their
                   lateness; its throughput has no poll (BLMOVE per slot).
 
+Steal. A run whose host lost more than `--max-steal` percent of a core to steal over its process
+phase says little about anyone: it is run again, up to `--reruns` times, once the host has
+been quieter for a second (looked at for 60 s at most). The last try counts whatever its steal;
+the stolen runs are kept in the JSON (`stolen`) and counted under the table.
+
 Finish instants come from each peer's own records (BullMQ job.finishedOn, SAQ job.completed,
 arq after_job_end once the result is stored; dispatch's done score). Worker CPU is the worker
 process's utime + stime over the process phase; for a peer that process also holds the
@@ -34,11 +39,13 @@ process's utime + stime over the process phase; for a peer that process also hol
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +54,8 @@ from redis.asyncio import Redis
 
 from bench.leases import redis_server, redis_version
 from bench.peers.harness import PEERS, measure_peer
-from bench.peers.table import SYSTEMS, ratios, render, rotation, summarize
-from bench.queue import measure
+from bench.peers.table import SYSTEMS, quiet, ratios, render, rotation, summarize
+from bench.queue import machine_cpu_s, measure
 from bench.queue import parse as queue_args
 
 Row = dict[str, Any]
@@ -71,29 +78,50 @@ async def run_one(
     return await measure_peer(PEERS[system], url, cfg, tmp)
 
 
+Runs = dict[str, list[Row]]
+
+
 async def run_config(
     name: str, systems: list[str], args: argparse.Namespace, url: str, tmp: Path
-) -> tuple[dict[str, list[Row]], dict[str, list[str]]]:
-    """Every system's reps at one config, alternated; a failed run is noted, not fatal."""
-    rows: dict[str, list[Row]] = {s: [] for s in systems}
+) -> tuple[Runs, dict[str, list[str]], Runs]:
+    """Every system's reps at one config, alternated; a failed run is noted, not fatal, and
+    a stolen one is run again (module docstring)."""
+    rows: Runs = {s: [] for s in systems}
+    stolen: Runs = {}
     failed: dict[str, list[str]] = {}
     redis = Redis.from_url(url)
     try:
         for rep, order in enumerate(rotation(systems, args.reps), start=1):
             for system in order:
-                await redis.flushall()
-                try:
-                    row = await run_one(system, url, CONFIGS[name], args, tmp)
-                except (Exception, SystemExit) as e:  # bench.queue says why with SystemExit
-                    failed.setdefault(system, []).append(str(e))
-                    print(f"{name} rep {rep} {system}: failed: {e}", file=sys.stderr)
-                    continue
-                rows[system].append(row)
-                said = f"{row['processed_per_s']:,} jobs/s"
-                print(f"{name} rep {rep} {system}: {said}", file=sys.stderr, flush=True)
+                for tries_left in range(args.reruns, -1, -1):
+                    await redis.flushall()
+                    try:
+                        row = await run_one(system, url, CONFIGS[name], args, tmp)
+                    except (Exception, SystemExit) as e:  # bench.queue says why with SystemExit
+                        failed.setdefault(system, []).append(str(e))
+                        print(f"{name} rep {rep} {system}: failed: {e}", file=sys.stderr)
+                        break
+                    said = f"{row['processed_per_s']:,} jobs/s, steal {row['steal_pct']}%"
+                    print(f"{name} rep {rep} {system}: {said}", file=sys.stderr, flush=True)
+                    if quiet(row, args.max_steal) or not tries_left:
+                        rows[system].append(row)
+                        break
+                    stolen.setdefault(system, []).append(row)
+                    await calm(args.max_steal)
     finally:
         await redis.aclose()
-    return rows, failed
+    return rows, failed, stolen
+
+
+async def calm(max_steal: float, within_s: float = 60.0) -> None:
+    """Wait until a second passes with steal under `max_steal` percent, `within_s` at most."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        _, before = machine_cpu_s()
+        await asyncio.sleep(1.0)
+        _, after = machine_cpu_s()
+        if (after - before) * 100 < max_steal:
+            return
 
 
 async def main_async(args: argparse.Namespace) -> Row:
@@ -107,16 +135,17 @@ async def main_async(args: argparse.Namespace) -> Row:
         "python": platform.python_version(),
         "versions": {s: v for s, v in versions.items() if v is not None},
         "arq_poll_s": args.arq_poll_s,
+        "max_steal_pct": args.max_steal,
         "not_installed": missing,
         "configs": {},
     }
     with redis_server() as url, tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         out["redis"] = await redis_version(url)
         for name in args.configs:
-            rows, failed = await run_config(name, systems, args, url, Path(tmp))
+            rows, failed, stolen = await run_config(name, systems, args, url, Path(tmp))
             summary = summarize(rows)
             result = {"summary": summary, "ratios": ratios(summary), "failed": failed}
-            out["configs"][name] = {**result, "runs": rows}
+            out["configs"][name] = {**result, "runs": rows, "stolen": stolen}
     return out
 
 
@@ -143,6 +172,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=20_000, help="no-op jobs per run")
     p.add_argument("--idle-s", type=float, default=0.5, help="dispatch's idle window (bench.queue)")
     p.add_argument("--arq-poll-s", type=float, default=0.01, help="arq's poll_delay (default 0.5)")
+    p.add_argument("--max-steal", type=float, default=10.0, help="steal %% over which to rerun")
+    p.add_argument("--reruns", type=int, default=2, help="reruns of a stolen run, at most")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 

@@ -29,6 +29,11 @@ def rotation(systems: list[str], reps: int) -> list[list[str]]:
     return [systems[r % k :] + systems[: r % k] for r in range(reps)]
 
 
+def quiet(run: Row, max_steal: float) -> bool:
+    """Whether a run's host lost no more than `max_steal` percent of a core to steal."""
+    return float(run.get("steal_pct", 0.0)) <= max_steal
+
+
 def summarize(rows: dict[str, list[Row]]) -> dict[str, Row]:
     """Per system: median, min and max jobs/s; the median of every other figure."""
     out: dict[str, Row] = {}
@@ -74,6 +79,9 @@ def config_table(name: str, result: Row) -> list[str]:
         lines.append(f"{d} / peer jobs/s: {said}")
     for system, errors in result.get("failed", {}).items():
         lines.append(f"{system}: {len(errors)} failed run(s), first: {errors[0][:200]}")
+    for system, runs in result.get("stolen", {}).items():
+        steals = ", ".join(f"{r['steal_pct']:g}%" for r in runs)
+        lines.append(f"{system}: {len(runs)} run(s) run again for steal ({steals})")
     return lines + warnings(result.get("runs", {}))
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from bench.compare import parse
 from bench.peers.harness import Peer
-from bench.peers.table import ratios, render, rotation, summarize
+from bench.peers.table import quiet, ratios, render, rotation, summarize
 
 
 def run(rate: int, cmds: float = 1.0, cpu: float = 100.0, burst: float = 200.0) -> dict:
@@ -95,3 +95,16 @@ def test_systems_and_configs_pick_a_subset_and_refuse_unknown_names() -> None:
     )
     with pytest.raises(SystemExit):
         parse(["--systems", "celery"])
+
+
+def test_a_stolen_run_is_told_from_a_quiet_one_and_counted_under_the_table() -> None:
+    stolen = {**run(3_000), "steal_pct": 42.5}
+    assert quiet(run(9_000), 10.0) and not quiet(stolen, 10.0) and quiet(stolen, 50.0)
+    rows = {"dispatch": [run(9_000)], "bullmq": [run(6_000)]}
+    summary = summarize(rows)
+    result = {"summary": summary, "ratios": ratios(summary), "runs": rows}
+    out = {"jobs": 10, "reps": 1, "versions": {}, "not_installed": {}}
+    config = {**result, "stolen": {"bullmq": [stolen]}}
+    text = "\n".join(render({**out, "configs": {"c50": config}}))
+    assert "bullmq: 1 run(s) run again for steal (42.5%)" in text
+    assert "dispatch / peer jobs/s: bullmq 1.5x" in text
