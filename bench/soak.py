@@ -22,7 +22,8 @@ Faults, from the first submit until every job has ended:
 A daemon that exits on its own is started again and counted (`daemon_exits`): a finding.
 
 Settings, through the daemons' ordinary environment: lock 3 s, stop grace 0.5 s, renewal
-every 0.5 s, sweep every 1 s, concurrency 8. `DISPATCH_MAX_STALLS` keeps its default: a stall
+every 0.5 s, sweep every 1 s, concurrency 8 (`--concurrency 40` runs two cohorts per daemon
+and their two flights, daemon/lane.py). `DISPATCH_MAX_STALLS` keeps its default: a stall
 is a lock that lapsed, which a kill or a freeze causes for each claim of that daemon, and the
 faults issue's rule is that a fault never fails a job, so a job failed `stalled` here counts in
 `failed_for_faults`. `stalls_max` says how close the fleet came to the cap.
@@ -406,7 +407,9 @@ async def start_fleet(s: Soak, url: str, redis: Redis) -> None:
         host = f"soak-{i + 1}"
         state = s.work / host
         state.mkdir()
-        d = Daemon(host, state, daemon_env(url, s.args.prefix, state, host))
+        env = daemon_env(url, s.args.prefix, state, host)
+        env["DISPATCH_CONCURRENCY"] = str(s.args.concurrency)
+        d = Daemon(host, state, env)
         s.daemons.append(d)
         d.start()
     alive = [host_alive(d.host, s.args.prefix) for d in s.daemons]
@@ -562,10 +565,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sleep-s", type=float, default=0.05, help="each job's body: sleep this")
     p.add_argument("--deadline-s", type=float, default=600.0, help="then the rest are lost")
     p.add_argument("--seed", type=int, default=None, help="for the kill times and targets")
+    # 32 or more: each daemon runs its jobs in two cohorts with two flights (daemon/lane.py)
+    p.add_argument("--concurrency", type=int, default=8, help="slots per daemon")
     p.add_argument("--prefix", default="soak", help="key prefix (the bench's own Redis)")
     p.add_argument("--keep", action="store_true", help="keep the work dir: logs, marks")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
+    if args.concurrency < 1:
+        p.error("--concurrency must be 1 or more")
     if args.deadline_s <= args.submit_s or args.jobs < 1:
         p.error("--deadline-s must exceed --submit-s, and --jobs be 1 or more")
     return args
@@ -579,7 +586,7 @@ def main(argv: list[str] | None = None) -> None:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "jobs": args.jobs,
         "seed": args.seed,
-        "settings": DAEMON_ENV,
+        "settings": {**DAEMON_ENV, "DISPATCH_CONCURRENCY": str(args.concurrency)},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "python": platform.python_version(),
     }

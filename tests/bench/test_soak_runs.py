@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.soak_runs import Evidence, Fault, tally
 
 DAEMON = 100
@@ -45,3 +47,13 @@ def test_overlapping_runs_are_counted_whatever_the_faults(tmp_path: Path) -> Non
     marks(tmp_path, "j", ["s 10 1 100", "s 15 2 200", "e 20 1 100", "e 60 2 200"])
     freeze = Fault(kind="freeze", target="soak-1", pid=DAEMON, start_ns=0, end_ns=40)
     assert tally(tmp_path, {"j": 70}, evidence(freeze)).overlapping_runs == 1
+
+
+def test_the_soak_takes_its_daemons_slots_and_refuses_none() -> None:
+    from bench.soak import parse
+
+    assert parse([]).concurrency == 8
+    assert parse(["--concurrency", "40"]).concurrency == 40
+    with pytest.raises(SystemExit) as refused:
+        parse(["--concurrency", "0"])
+    assert refused.value.code == 2
