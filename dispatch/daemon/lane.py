@@ -217,7 +217,7 @@ class Lane:
         ours = running | {(f.id, f.token) for f, _ in self.pending}
         ours |= {(c.id, c.token) for c, _ in self.held}
         claims = await self.queue.claims_of(self.settings.host)
-        if self.claiming or self.calls_begun != began:
+        if self.calls_begun != began:  # also any call now in flight: none was at the start
             return
         orphans = [pair for pair in claims if pair not in ours]
         handed, recorded = await self.queue.hand_back(orphans)
