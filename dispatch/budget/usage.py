@@ -6,14 +6,18 @@ Each running job has a directory of its own under the state dir (`<state>/usage/
 is 0700, so no other user of the host reaches it); the runner names a file in it, fresh for the
 run, to the job (the docker runner binds the directory into the container). After the run the
 file is read once, without following a link and at most 64 KiB, then removed; the directory
-goes to the next run only if nothing else is left in it. No file: no report. A directory that
-no run has changed for `settled_s` (2 s) when it is lent, and whose lstat is the same after the
-run, is not listed: making, removing or renaming anything in it, or changing its mode or owner,
-moves its ctime, which no process can set back, and a change made 2 s after the last one lands
-on a later time stamp even where they are whole seconds (every Linux filesystem but FAT, where
-the mode never matches and every directory is listed). A file
-that does not parse, or holds a negative or non-finite number, is a malformed report: logged,
-and the run is charged its reserved amount, as with no report.
+goes to the next run only if nothing else is left in it. No file: no report.
+
+A directory that no run has changed for a settle time when it is lent, and whose stat is the
+same after the run, is not listed (the stat is of a descriptor kept open on it: no path walk).
+Making, removing or renaming anything in it, or changing its mode or owner, moves its ctime,
+which no process can set back, and a change made a settle time after the last one lands on a
+later time stamp: 2 s where stamps are whole seconds, 0.1 s where they are finer than 10 ms
+(ext4, xfs, btrfs, tmpfs: ten ticks of the kernel's coarse clock at the least). On FAT the
+mode never matches, so every directory is listed.
+
+A file that does not parse, or holds a negative or non-finite number, is a malformed report:
+logged, and the run is charged its reserved amount, as with no report.
 """
 
 from __future__ import annotations
@@ -32,7 +36,11 @@ from dispatch.budget.plan import micro
 from dispatch.log import event
 
 MAX_BYTES = 64 * 1024
-SETTLED_S = 2.0  # a report dir unchanged this long when lent is judged by one lstat after
+SETTLED_S = 2.0  # a report dir unchanged this long when lent is judged by one fstat after
+FINE_SETTLED_S = 0.1  # the same where time stamps are finer than 10 ms
+# a descriptor that only names the directory: its fstat skips the path walk that makes up two
+# thirds of an lstat here; only the daemon's user can move the path (usage/ is 0700)
+_DIR_FD_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_PATH", 0)
 
 
 class _Tokens(msgspec.Struct, frozen=True):
@@ -71,13 +79,17 @@ class UsageDirs:
     unlinked; a directory left with anything else in it, or changed (its mode, its owner), is
     removed and never handed out again."""
 
-    def __init__(self, root: Path, settled_s: float = SETTLED_S) -> None:
+    def __init__(
+        self, root: Path, settled_s: float = SETTLED_S, fine_settled_s: float = FINE_SETTLED_S
+    ) -> None:
         self.root = root
         self.settled_ns = int(settled_s * 1e9)
+        self.fine_settled_ns = int(min(fine_settled_s, settled_s) * 1e9)
         self._clean: list[Path] = []
         self._made = 0
         self._stamps: dict[Path, Mark] = {}  # a clean directory's mark when last seen clean
         self._lent_quiet: dict[Path, Mark] = {}  # lent while quiet: the mark it must keep
+        self._fds: dict[Path, tuple[int, int, int]] = {}  # a clean dir's (fd, inode, device)
 
     def take(self) -> Path | None:
         """A clean directory for one run; None (logged) when none can be made: the job then
@@ -86,7 +98,7 @@ class UsageDirs:
             run_dir = self._clean.pop()
             stamp = self._stamps.get(run_dir)
             # the wall clock, as file times are: a change from now on gets a later ctime
-            if stamp is not None and time.time_ns() - stamp[-1] >= self.settled_ns:
+            if stamp is not None and time.time_ns() - stamp[-1] >= self.settle_ns(stamp[-1]):
                 self._lent_quiet[run_dir] = stamp
             return run_dir
         self._made += 1
@@ -100,12 +112,17 @@ class UsageDirs:
             return None
         return run_dir
 
+    def settle_ns(self, ctime_ns: int) -> int:
+        """How long a directory stamped `ctime_ns` must be left alone: a stamp that is no
+        multiple of 10 ms comes from a filesystem with finer ones."""
+        return self.fine_settled_ns if ctime_ns % 10_000_000 else self.settled_ns
+
     def read_and_return(self, run_dir: Path | None, file_name: str, job_id: str) -> Usage:
         """The run's report; then its directory is clean for the next run, or gone."""
         if run_dir is None:
             return NO_REPORT
         stamp = self._lent_quiet.pop(run_dir, None)
-        if stamp is not None and _mark_of(run_dir) == stamp:
+        if stamp is not None and self._mark_now(run_dir) == stamp:
             self._clean.append(run_dir)  # nothing was made in it: nothing to read or clear
             return NO_REPORT
         try:
@@ -123,6 +140,8 @@ class UsageDirs:
             if left:
                 os.unlink(run_dir / file_name)
             st = os.lstat(run_dir) if clean else None
+            if st is not None:
+                self._keep_fd(run_dir, st)
         except OSError:
             st = None
         if st is not None and st.st_mode == _CLEAN_MODE and st.st_uid == os.geteuid():
@@ -130,17 +149,35 @@ class UsageDirs:
             self._clean.append(run_dir)
         else:  # whatever the run left there is the job's: none of it reaches another run
             self._stamps.pop(run_dir, None)
+            self._close(run_dir)
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _keep_fd(self, run_dir: Path, st: os.stat_result) -> None:
+        """A descriptor on the inode the path names now, which `st` is the lstat of."""
+        kept = self._fds.get(run_dir)
+        if kept is not None and kept[1:] == (st.st_ino, st.st_dev):
+            return
+        self._close(run_dir)
+        fd = os.open(run_dir, _DIR_FD_FLAGS)
+        self._fds[run_dir] = (fd, st.st_ino, st.st_dev)
+        opened = os.fstat(fd)
+        if (opened.st_ino, opened.st_dev) != (st.st_ino, st.st_dev):  # moved in between
+            raise FileNotFoundError(run_dir)
+
+    def _close(self, run_dir: Path) -> None:
+        kept = self._fds.pop(run_dir, None)
+        if kept is not None:
+            os.close(kept[0])
+
+    def _mark_now(self, run_dir: Path) -> Mark | None:
+        kept = self._fds.get(run_dir)
+        try:
+            return _mark(os.fstat(kept[0])) if kept is not None else None
+        except OSError:
+            return None
 
 
 Mark = tuple[int, int, int, int, int, int, int]
-
-
-def _mark_of(path: Path) -> Mark | None:
-    try:
-        return _mark(os.lstat(path))
-    except OSError:
-        return None
 
 
 def _mark(st: os.stat_result) -> Mark:

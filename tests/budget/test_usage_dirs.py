@@ -59,7 +59,7 @@ def quiet_dir(dirs: UsageDirs) -> Path:
     dirs.read_and_return(first, "a.json", "j0")  # seen clean: stamped
     changed_ns = os.lstat(first).st_ctime_ns
     deadline = time.monotonic() + 5
-    while time.time_ns() - changed_ns < dirs.settled_ns:
+    while time.time_ns() - changed_ns < dirs.settle_ns(changed_ns):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     again = dirs.take()
@@ -74,10 +74,10 @@ def test_a_quiet_directory_left_as_lent_is_not_listed(
     run_dir = quiet_dir(dirs)
     monkeypatch.setattr(os, "listdir", _no_listing)
     assert dirs.read_and_return(run_dir, "b.json", "j1").usd_micro is None
-    assert dirs.take() == run_dir  # back, with one lstat
+    assert dirs.take() == run_dir  # back, with one fstat
 
 
-@pytest.mark.parametrize("change", ["report", "stray file", "subdir", "mode"])
+@pytest.mark.parametrize("change", ["report", "stray file", "subdir", "mode", "replaced"])
 def test_anything_done_in_a_quiet_directory_is_seen(tmp_path: Path, change: str) -> None:
     dirs = UsageDirs(tmp_path / "usage", settled_s=0.05)
     run_dir = quiet_dir(dirs)
@@ -90,6 +90,10 @@ def test_anything_done_in_a_quiet_directory_is_seen(tmp_path: Path, change: str)
         (run_dir / "left.txt").write_text("for the next job")
     elif change == "subdir":
         (run_dir / "d").mkdir()
+    elif change == "replaced":  # another directory at its path: the kept descriptor sees it
+        run_dir.rename(run_dir.with_name("away"))
+        run_dir.mkdir(mode=0o777)
+        (run_dir / "left.txt").write_text("for the next job")
     else:
         os.chmod(run_dir, 0o700)
     dirs.read_and_return(run_dir, "b.json", "j1")
@@ -98,3 +102,33 @@ def test_anything_done_in_a_quiet_directory_is_seen(tmp_path: Path, change: str)
 
 def _no_listing(path: object) -> list[str]:
     raise AssertionError("listed")
+
+
+def test_one_descriptor_is_kept_per_clean_directory(tmp_path: Path) -> None:
+    dirs = UsageDirs(tmp_path / "usage")
+    opened = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        taken = [dirs.take() for _ in range(3)]
+        for i, run_dir in enumerate(taken):
+            dirs.read_and_return(run_dir, f"r{i}.json", "j")
+    assert len(os.listdir("/proc/self/fd")) == opened + 3
+    run_dir = dirs.take()
+    assert run_dir is not None
+    (run_dir / "stray").write_text("x")
+    dirs.read_and_return(run_dir, "r.json", "j")  # removed, and its descriptor closed
+    assert len(os.listdir("/proc/self/fd")) == opened + 2
+
+
+def test_stamps_finer_than_10_ms_settle_in_a_tenth_of_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dirs = UsageDirs(tmp_path / "usage")  # 2 s where stamps are whole seconds
+    assert dirs.settle_ns(1_700_000_000 * 10**9) == 2 * 10**9
+    assert dirs.settle_ns(1_700_000_000 * 10**9 + 20_000_000) == 2 * 10**9  # 10 ms stamps
+    assert dirs.settle_ns(1_700_000_000 * 10**9 + 123_456_789) == 10**8
+    started = time.monotonic()
+    run_dir = quiet_dir(dirs)  # this filesystem's stamps are fine: lent quiet within 0.1 s
+    assert time.monotonic() - started < 1.5
+    monkeypatch.setattr(os, "listdir", _no_listing)
+    assert dirs.read_and_return(run_dir, "b.json", "j1").usd_micro is None
+    assert dirs.take() == run_dir
