@@ -152,6 +152,13 @@ class UsageDirs:
             self._close(run_dir)
             shutil.rmtree(run_dir, ignore_errors=True)
 
+    def close(self) -> None:
+        """Close the kept descriptors; a directory taken after this is judged by listing."""
+        for run_dir in list(self._fds):
+            self._close(run_dir)
+        self._stamps.clear()
+        self._lent_quiet.clear()
+
     def _keep_fd(self, run_dir: Path, st: os.stat_result) -> None:
         """A descriptor on the inode the path names now, which `st` is the lstat of."""
         kept = self._fds.get(run_dir)

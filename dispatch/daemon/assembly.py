@@ -188,23 +188,25 @@ async def gated_processor(
             egress=egress,
         )
         records = RecordLog(settings.state_dir)
+        processor = Processor(
+            ProcessorSettings(
+                host=settings.host,
+                output_dir=output_dir(settings.state_dir),
+                stop_grace_s=settings.stop_grace_s,
+                usage_dir=usage_root(settings.state_dir),
+            ),
+            runner,
+            pipeline(deps),
+            clock,
+            config.current,
+            deps.mirror,
+            EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
+            records,
+        )
         try:
-            yield Processor(
-                ProcessorSettings(
-                    host=settings.host,
-                    output_dir=output_dir(settings.state_dir),
-                    stop_grace_s=settings.stop_grace_s,
-                    usage_dir=usage_root(settings.state_dir),
-                ),
-                runner,
-                pipeline(deps),
-                clock,
-                config.current,
-                deps.mirror,
-                EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
-                records,
-            )
+            yield processor
         finally:
+            processor.close()
             records.close()
             await spend.drain()  # settles still on their way; the sweep takes the rest
 

@@ -165,6 +165,10 @@ class Processor:
         self._timeouts = Timeouts()
         self._active: tuple[ConfigSnapshot | None, list[Gate], list[Gate]] = (None, [], [])
 
+    def close(self) -> None:
+        if self._usage is not None:
+            self._usage.close()
+
     async def process(self, claim: Claim, signal: AbortSignal) -> Ending:
         ending = await self._process(claim, signal)
         if signal.reason == OPERATOR_CANCEL and ending.action != "finish":

@@ -117,6 +117,13 @@ def test_one_descriptor_is_kept_per_clean_directory(tmp_path: Path) -> None:
     (run_dir / "stray").write_text("x")
     dirs.read_and_return(run_dir, "r.json", "j")  # removed, and its descriptor closed
     assert len(os.listdir("/proc/self/fd")) == opened + 2
+    dirs.close()
+    assert len(os.listdir("/proc/self/fd")) == opened
+    again = dirs.take()  # after the close a directory is judged by listing it
+    assert again is not None
+    (again / "stray").write_text("x")
+    dirs.read_and_return(again, "r.json", "j")
+    assert not again.exists()
 
 
 def test_stamps_finer_than_10_ms_settle_in_a_tenth_of_a_second(
