@@ -5,6 +5,11 @@ machinery (command stacks with options, a retry wrapper, response callbacks, a r
 commands are packed, sent and their replies read on a connection from the client's own pool,
 which then goes back to it.
 
+The call is written to the socket in the caller's step. redis-py's own send bounds the write
+with `wait_for`, which on Python 3.11 runs it as a task of its own, after every callback already
+queued: on a busy daemon, after the 25 jobs of a cohort that began just before, so the call
+left about a cohort's run (1.4 ms) late and both cohorts' calls were in the air at once.
+
 Errors. An error reply (NOSCRIPT, READONLY, a script's error) is read whole and returned in
 its command's place, as the exception redis-py makes of it: the connection stays in step and
 the caller decides. Anything else on the way (a timeout, a lost connection, a cancellation)
@@ -15,10 +20,12 @@ which only the caller can tell (it hands such claims back: daemon/lane.py).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ResponseError
 
 Command = tuple[Any, ...]
@@ -30,9 +37,7 @@ async def send_all(redis: Redis, commands: Sequence[Command]) -> list[Any]:
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     replies: list[Any] = []
     try:
-        # No health check: a connection that died while idle fails this call, which the
-        # caller retries as any Redis fault; the check's clock read costs a syscall per call.
-        await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+        await _write(conn, conn.pack_commands(commands))
         for _ in commands:
             try:
                 replies.append(await conn.read_response())
@@ -44,3 +49,13 @@ async def send_all(redis: Redis, commands: Sequence[Command]) -> list[Any]:
     finally:
         await pool.release(conn)
     return replies
+
+
+async def _write(conn: AbstractConnection, packed: list[bytes]) -> None:
+    """Written now, bounded by the socket timeout (only a full send buffer makes it wait). No
+    health check: a connection that died while idle fails this call, which the caller retries
+    as any Redis fault; the check's clock read costs a syscall per call."""
+    if not conn.is_connected:
+        await conn.connect()  # type: ignore[no-untyped-call]
+    async with asyncio.timeout(conn.socket_timeout):
+        await conn._send_packed_command(packed)

@@ -3,6 +3,9 @@ command's place, and a connection that failed mid-read never handed to the next 
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeout
@@ -43,5 +46,28 @@ async def test_a_read_that_timed_out_leaves_no_reply_behind_for_the_next_call(
         await client.set(f"{prefix}:k", "fresh")
         for _ in range(3):  # whichever pooled connection serves it, the answer is its own
             assert await send_all(client, [("GET", f"{prefix}:k")]) == [b"fresh"]
+    finally:
+        await client.aclose()
+
+
+async def test_the_call_is_on_the_wire_before_callbacks_queued_ahead_of_it_run(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy daemon begins a cohort of jobs (25 queued steps) just before it sends their
+    peers' endings: the call must leave first, not after those steps have run."""
+    client = redis_client(redis_url, 5)
+    order: list[str] = []
+    written = asyncio.StreamWriter.writelines
+
+    def spy(self: asyncio.StreamWriter, data: Any) -> None:
+        order.append("written")
+        written(self, data)
+
+    try:
+        await send_all(client, [("PING",)])  # a pooled connection, already connected
+        monkeypatch.setattr(asyncio.StreamWriter, "writelines", spy)
+        asyncio.get_running_loop().call_soon(order.append, "queued step")
+        assert await send_all(client, [("SET", f"{prefix}:k", "v")]) in ([True], [b"OK"])
+        assert order == ["written", "queued step"]
     finally:
         await client.aclose()
