@@ -111,7 +111,8 @@ async def _wait_or_abort(
     aborted = asyncio.ensure_future(ctx.aborted.wait())
     await asyncio.wait({waiter, aborted}, return_when=asyncio.FIRST_COMPLETED)
     aborted.cancel()
-    if waiter.done():
+    if waiter.done() or _exited(proc.pid):  # it ended on its own before the abort came
+        await waiter
         return None, False
     _signal_group(proc.pid, signal.SIGTERM)
     if await within_grace(ctx, waiter):
@@ -119,6 +120,16 @@ async def _wait_or_abort(
     _signal_group(proc.pid, signal.SIGKILL)
     await waiter
     return STOP_TIMEOUT, True
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, though the loop may not have seen it yet: an abort that
+    lands in that gap must not make a run that ended on its own a stopped one (it would be
+    handed back and run again). Looked at without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already: it has exited
+        return True
 
 
 def _usage_env(ctx: RunContext) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from functools import partial
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from dispatch.model import Job
 from dispatch.reasons import ABORTED_BEFORE_START, LOCK_LOST
 from dispatch.runners.base import RunContext, classify
-from dispatch.runners.process import ProcessRunner, _die_with_parent
+from dispatch.runners.process import ProcessRunner, _die_with_parent, _exited
 
 
 @pytest.mark.anyio
@@ -93,3 +94,24 @@ async def test_a_run_says_whether_our_stop_ended_it(tmp_path: Path) -> None:
     stopped = await ProcessRunner().run(trapped)
     assert (own.exit_code, own.stopped) == (0, False)
     assert (stopped.exit_code, stopped.stopped) == (0, True)
+
+
+def test_an_exited_child_the_loop_has_not_reaped_yet_counts_as_exited() -> None:
+    """What `_wait_or_abort` asks when an abort comes: has the child exited already, though
+    its exit has not reached the loop? Then the run ended on its own and is not stopped (a
+    stopped run is handed back and runs again)."""
+    child = subprocess.Popen(["sh", "-c", "read line; exit 7"], stdin=subprocess.PIPE)
+    try:
+        assert not _exited(child.pid)
+        assert child.stdin is not None
+        child.stdin.close()  # EOF: it exits
+        deadline = time.monotonic() + 10
+        while os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert _exited(child.pid)
+        assert child.wait(timeout=5) == 7  # looked at, not reaped: its status is still there
+        assert _exited(child.pid)  # reaped: exited all the same
+    finally:
+        child.kill()
+        child.wait()
