@@ -89,7 +89,7 @@ class UsageDirs:
         self._made = 0
         self._stamps: dict[Path, Mark] = {}  # a clean directory's mark when last seen clean
         self._lent_quiet: dict[Path, Mark] = {}  # lent while quiet: the mark it must keep
-        self._fds: dict[Path, tuple[int, int, int]] = {}  # a clean dir's (fd, inode, device)
+        self._fds: dict[Path, int] = {}  # a descriptor on the inode its stamp was taken of
 
     def take(self) -> Path | None:
         """A clean directory for one run; None (logged) when none can be made: the job then
@@ -140,11 +140,13 @@ class UsageDirs:
             if left:
                 os.unlink(run_dir / file_name)
             st = os.lstat(run_dir) if clean else None
+            if st is not None and (st.st_mode != _CLEAN_MODE or st.st_uid != os.geteuid()):
+                st = None
             if st is not None:
                 self._keep_fd(run_dir, st)
         except OSError:
             st = None
-        if st is not None and st.st_mode == _CLEAN_MODE and st.st_uid == os.geteuid():
+        if st is not None:
             self._stamps[run_dir] = _mark(st)
             self._clean.append(run_dir)
         else:  # whatever the run left there is the job's: none of it reaches another run
@@ -160,26 +162,26 @@ class UsageDirs:
         self._lent_quiet.clear()
 
     def _keep_fd(self, run_dir: Path, st: os.stat_result) -> None:
-        """A descriptor on the inode the path names now, which `st` is the lstat of."""
-        kept = self._fds.get(run_dir)
-        if kept is not None and kept[1:] == (st.st_ino, st.st_dev):
+        """A descriptor on the inode the path names now, which `st` is the lstat of: the one
+        kept already when the last stamp (inode, device first) was of that inode too."""
+        stamp = self._stamps.get(run_dir)
+        if run_dir in self._fds and stamp is not None and stamp[:2] == (st.st_ino, st.st_dev):
             return
         self._close(run_dir)
-        fd = os.open(run_dir, _DIR_FD_FLAGS)
-        self._fds[run_dir] = (fd, st.st_ino, st.st_dev)
+        fd = self._fds[run_dir] = os.open(run_dir, _DIR_FD_FLAGS)
         opened = os.fstat(fd)
         if (opened.st_ino, opened.st_dev) != (st.st_ino, st.st_dev):  # moved in between
             raise FileNotFoundError(run_dir)
 
     def _close(self, run_dir: Path) -> None:
-        kept = self._fds.pop(run_dir, None)
-        if kept is not None:
-            os.close(kept[0])
+        fd = self._fds.pop(run_dir, None)
+        if fd is not None:
+            os.close(fd)
 
     def _mark_now(self, run_dir: Path) -> Mark | None:
-        kept = self._fds.get(run_dir)
+        fd = self._fds.get(run_dir)
         try:
-            return _mark(os.fstat(kept[0])) if kept is not None else None
+            return _mark(os.fstat(fd)) if fd is not None else None
         except OSError:
             return None
 
