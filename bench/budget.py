@@ -29,11 +29,11 @@ import uvloop
 from redis.asyncio import Redis
 
 from bench.leases import redis_server, redis_version
-from dispatch.budget.ledger import SpendLedger, reservation_id
-from dispatch.budget.plan import Counter, Subject, counters
 from dispatch.config.limits import zone
 from dispatch.config.schemas import Overlay, ScopedLimit
 from dispatch.queue.scripts import load_all
+from dispatch.spend.ledger import SpendLedger, reservation_id
+from dispatch.spend.plan import Counter, Subject, counters
 
 BIG = 10**12
 ROWS = [

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from dispatch.gates.base import Admit, Pickup, Refuse
-from dispatch.gates.dirty import DirtyTreeGate, _prepare
+from dispatch.gates.dirty.gate import DirtyTreeGate, _prepare
 from dispatch.model import Job, encode_job
 from dispatch.queue.transitions import Claim
 

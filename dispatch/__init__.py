@@ -3,8 +3,6 @@
 The public surface for tools that enqueue from code; everything else is internal.
 """
 
-from dispatch.api import cancel, get, submit
-from dispatch.api import list_jobs as list
 from dispatch.client import CancelAnswer, Client, JobView
 from dispatch.errors import (
     Conflict,
@@ -15,6 +13,7 @@ from dispatch.errors import (
     RedisUnavailable,
 )
 from dispatch.model import Job, RunRecord, Size, WaitFor, new_id
+from dispatch.oneshot import cancel, get, list_jobs, submit
 from dispatch.queue.transitions import Enqueued
 
 __all__ = [
@@ -34,7 +33,7 @@ __all__ = [
     "WaitFor",
     "cancel",
     "get",
-    "list",
+    "list_jobs",
     "new_id",
     "submit",
 ]

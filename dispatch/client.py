@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings, default_host, from_env
 from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound, RedisUnavailable
+from dispatch.gates.wait.state import WaitState, WaitStates
 from dispatch.model import (
     DeferRecord,
     Job,
@@ -41,7 +42,6 @@ from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.unreadable import UNREADABLE, Unreadable, detail, run_record
-from dispatch.records.wait_state import WaitState, WaitStates
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

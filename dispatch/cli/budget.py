@@ -11,13 +11,13 @@ from typing import Any
 
 import msgspec
 
-from dispatch.budget.plan import MICRO, ledger_of
-from dispatch.budget.report import Line, lines
 from dispatch.config.limits import parse_scope
 from dispatch.config.schemas import ConfigSnapshot, ScopedLimit
 from dispatch.config.settings import Settings
 from dispatch.errors import InvalidJob
 from dispatch.model import cost_problems
+from dispatch.spend.plan import MICRO, ledger_of
+from dispatch.spend.standing import Line, lines
 
 Adder = Callable[..., argparse.ArgumentParser]
 

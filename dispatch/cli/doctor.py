@@ -180,7 +180,7 @@ def secret_checks(profiles: Mapping[str, SecretProfile]) -> list[Check]:
 def profile_checks(config_dir: Path) -> list[Check]:
     """Each declared wait profile's command is there and executable (by this user)."""
     from dispatch.config.watcher import load_once
-    from dispatch.gates.wait_profiles import command_problem
+    from dispatch.gates.wait.profiles import command_problem
 
     checks = []
     for name, profile in sorted(load_once(config_dir).profiles.items()):

@@ -13,8 +13,8 @@ import msgspec
 from dispatch.client import JobView
 from dispatch.config.settings import parse_duration_ms
 from dispatch.errors import ConfigError, InvalidJob
+from dispatch.gates.wait.state import WaitState
 from dispatch.model import instant_ms, iso
-from dispatch.records.wait_state import WaitState
 
 # -- submit --wait-for ------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ class Project(_Row):
 class ScopedLimit(_Row):
     """Limits for one scope (grammar in `config/limits.py`): `*`, a repo "owner/name", an
     absolute folder, `project:<id>` or `model:<name>`. `concurrent` is the scope gate's; the
-    rest are spend caps (`dispatch/budget/`): runs, dollars and tokens per window."""
+    rest are spend caps (`dispatch/spend/`): runs, dollars and tokens per window."""
 
     scope: str
     concurrent: int | None = None

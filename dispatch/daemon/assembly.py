@@ -17,8 +17,6 @@ import uvloop
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from dispatch.budget.ledger import SpendLedger
-from dispatch.budget.usage import usage_root
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
@@ -28,26 +26,28 @@ from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
 from dispatch.egress.guard import EgressGuard
-from dispatch.egress.setup import guarded
+from dispatch.egress.guarded import guarded
+from dispatch.fleet.host_budget import HostBudget
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
-from dispatch.gates.host_budget import HostBudget
 from dispatch.gates.pipeline import GateDeps, pipeline
-from dispatch.gates.wait_claims import IdentityClaims
-from dispatch.gates.wait_look import WaitParts
-from dispatch.gates.wait_profiles import ProfileRunner
+from dispatch.gates.wait.claims import IdentityClaims
+from dispatch.gates.wait.parts import WaitParts
+from dispatch.gates.wait.profiles import ProfileRunner
+from dispatch.gates.wait.state import WaitStates, wait_state_ttl_ms
 from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
-from dispatch.records.wait_state import WaitStates, wait_state_ttl_ms
 from dispatch.runners.base import Runner
 from dispatch.runners.docker.runner import DockerRunner
 from dispatch.runners.output import output_dir
 from dispatch.runners.process import ProcessRunner
+from dispatch.spend.ledger import SpendLedger
+from dispatch.spend.usage_report import usage_root
 from dispatch.triggers.minter import Minter
 
 HELD_BY_CONFIG = frozenset({NEWER_RELEASE, PAUSE_WINDOW})
@@ -56,7 +56,7 @@ HELD_BY_CONFIG = frozenset({NEWER_RELEASE, PAUSE_WINDOW})
 def make_runner(settings: Settings, egress: EgressGuard | None = None) -> Runner:
     if settings.runner == "process":
         return ProcessRunner()
-    from dispatch.runners.docker.setup import docker_runner
+    from dispatch.runners.docker.factory import docker_runner
 
     return docker_runner(settings, egress.env if egress is not None else None)
 

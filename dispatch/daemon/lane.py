@@ -86,7 +86,7 @@ class Lane:
     calls_begun: int = 0  # claim calls begun so far: `recover` tells one that came and went
     unsure: bool = False  # a claim call failed: its script may have run, its reply lost
     keeping: set[asyncio.Task[None]] = field(default_factory=set)  # outcomes tried again
-    # jobs whose wait state goes once their finish lands, and how (records/wait_state.py)
+    # jobs whose wait state goes once their finish lands, and how (gates/wait/state.py)
     waited: set[str] = field(default_factory=set)
     forget: Callable[[str, Sequence[str]], Awaitable[None]] | None = None
     flights: set[asyncio.Task[None]] = field(default_factory=set)  # flushes under way

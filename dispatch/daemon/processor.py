@@ -35,8 +35,6 @@ from typing import Any
 import msgspec
 from redis.exceptions import RedisError
 
-from dispatch.budget.charge import Charge, charge
-from dispatch.budget.usage import NO_REPORT, UsageDirs
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon.engine_wait import EngineWait
@@ -55,7 +53,7 @@ from dispatch.gates.base import (
     active,
     redis_fault_delay_ms,
 )
-from dispatch.gates.wait_conditions import unreadable_refusal
+from dispatch.gates.wait.conditions import unreadable_refusal
 from dispatch.log import event
 from dispatch.model import (
     JOB_VERSION,
@@ -101,7 +99,9 @@ from dispatch.runners.base import (
     classify,
 )
 from dispatch.runners.output import output_name
-from dispatch.secrets.runs import run_with_secrets
+from dispatch.secrets.around_run import run_with_secrets
+from dispatch.spend.charge import Charge, charge
+from dispatch.spend.usage_report import NO_REPORT, UsageDirs
 
 SHUTDOWN_DELAY_MS = 1_000
 LEASE_LOST_DELAY_MS = 1_500

@@ -4,7 +4,7 @@ sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline p
            back to wait (or fail `stalled` past `DISPATCH_MAX_STALLS`); whoever sweeps
            first does it, so a dead host's jobs come back within lock + one sweep period;
            then the spend reservations of claims gone on two sweeps in a row are settled
-           at their reserved amount (runs lost with their daemon; dispatch/budget/ledger.py);
+           at their reserved amount (runs lost with their daemon; dispatch/spend/ledger.py);
 heartbeat  this host's alive key (with its running count, and its trigger fingerprint for
            the fleet agreement of dispatch/triggers/agreement.py), which other hosts count
            and `dispatch cancel` asks before it waits for an acknowledgement;
@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
 
-from dispatch.budget.ledger import SpendLedger
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.log import event
@@ -34,6 +33,7 @@ from dispatch.queue import fleet_pause, keys
 from dispatch.queue.transitions import Claim, Queue
 from dispatch.reasons import INFRA, STALLED
 from dispatch.runners.output import output_dir, output_name, prune
+from dispatch.spend.ledger import SpendLedger
 
 OUTPUT_PRUNE_EVERY_S = 3600.0
 

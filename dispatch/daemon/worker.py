@@ -33,13 +33,13 @@ from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
 from dispatch.daemon.upkeep import OUTPUT_PRUNE_EVERY_S, Upkeep
 from dispatch.errors import RedisUnavailable
+from dispatch.gates.wait.state import WaitStates
 from dispatch.log import event
 from dispatch.queue import keys
 from dispatch.queue.scripts import load_all
 from dispatch.queue.transitions import Claim, Finish, Queue
 from dispatch.reasons import LOCK_LOST, SHUTDOWN
 from dispatch.records.disk_log import RecordLog, encode
-from dispatch.records.wait_state import WaitStates
 from dispatch.triggers.minter import Minter
 
 __all__ = ["Running", "Timing", "Worker"]

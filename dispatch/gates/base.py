@@ -10,18 +10,18 @@ pushes how to give it back onto `pickup.holds`; the processor gives every hold b
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
 
-from dispatch.budget.ledger import Reservation
 from dispatch.config.schemas import ConfigSnapshot, Project
+from dispatch.fleet.host_budget import JobSize
 from dispatch.fleet.leases import Lease
 from dispatch.log import event
 from dispatch.model import Job, RunRecord
 from dispatch.queue.transitions import Claim
 from dispatch.runners.base import AbortSignal
+from dispatch.spend.ledger import Reservation
 
 # Re-check delays, distinct per reason so a waiting job's reason can be told from its due time.
 SCOPE_DELAY_MS = 5_000
@@ -72,12 +72,6 @@ Decision = Admit | Defer | Refuse | Settled
 ADMIT = Admit()
 
 Release = Callable[[], Awaitable[Any] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class JobSize:
-    memory: int  # bytes
-    cpus: float
 
 
 class Pickup(msgspec.Struct):

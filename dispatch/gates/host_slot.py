@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.config.settings import Settings
+from dispatch.fleet.host_budget import HostBudget
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import ADMIT, HOST_SLOT_DELAY_MS, Decision, Defer, Pickup
 from dispatch.gates.hold import slot_release
-from dispatch.gates.host_budget import HostBudget
 from dispatch.reasons import HOST_SLOT
 
 HOST_SLOT_KEY = "host"

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dispatch.budget.ledger import SpendLedger
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.egress.guard import EgressGuard
+from dispatch.fleet.host_budget import HostBudget
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Gate
-from dispatch.gates.dirty import DirtyTreeGate
+from dispatch.gates.dirty.gate import DirtyTreeGate
 from dispatch.gates.egress import EgressGate
 from dispatch.gates.endpoints import EndpointGate
 from dispatch.gates.head import HeadGate
-from dispatch.gates.host_budget import HostBudget, HostBudgetGate
+from dispatch.gates.host_budget import HostBudgetGate
 from dispatch.gates.host_slot import HostSlotGate
 from dispatch.gates.job_user import JobUserGate
 from dispatch.gates.overlay import OverlayGate
@@ -37,10 +37,11 @@ from dispatch.gates.settled import SettledGate
 from dispatch.gates.size import SizeGate
 from dispatch.gates.spend import SpendGate
 from dispatch.gates.trigger_overlap import TriggerOverlapGate
-from dispatch.gates.wait import WaitGate
-from dispatch.gates.wait_look import WaitParts
+from dispatch.gates.wait.gate import WaitGate
+from dispatch.gates.wait.parts import WaitParts
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.docker.runner import DockerSettings
+from dispatch.spend.ledger import SpendLedger
 
 
 @dataclass(frozen=True)

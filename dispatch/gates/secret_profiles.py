@@ -1,7 +1,8 @@
 """Secret-profile gate: every secret reference of the job names a profile this host's
 secrets.json declares, else the job is refused `secret-profile-unknown`, before any slot, lease,
 budget or container is taken. The values themselves are resolved only at start, after every gate
-(dispatch.secrets.runs): a gate must stay cheap, and a value must not exist longer than the run.
+(dispatch.secrets.around_run): a gate must stay cheap, and a value must not exist longer than
+the run.
 
 A broken secrets.json keeps its last good copy (dispatch.config.watcher); the sentence then says
 so, since the missing profile may be in the copy that did not load. The sentence names profiles,

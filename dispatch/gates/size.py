@@ -25,16 +25,15 @@ from typing import Protocol, TypeVar
 from dispatch.config.schemas import ConfigSnapshot, Overlay, Project
 from dispatch.config.settings import Settings
 from dispatch.config.units import check_cpus, check_memory, parse_memory
+from dispatch.fleet.host_budget import Exceeded, HostBudget, JobSize, describe
 from dispatch.gates.base import (
     ADMIT,
     NEVER_FITS_DELAY_MS,
     Decision,
     Defer,
-    JobSize,
     Pickup,
     Refuse,
 )
-from dispatch.gates.host_budget import Exceeded, HostBudget, describe
 from dispatch.model import Job, Size
 from dispatch.reasons import (
     JOB_SIZE_EXCEEDS_HOST,

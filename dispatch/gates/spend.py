@@ -1,6 +1,6 @@
 """Spend-cap gate, the last before the run: every scoped-limits row that matches the job (`*`,
 its repo or folder, `project:<id>`, `model:<name>`) and every window and metric the row caps are
-checked and reserved in ONE script call, all or nothing (`dispatch/budget/`).
+checked and reserved in ONE script call, all or nothing (`dispatch/spend/`).
 
 - Within every cap: admitted; the reservation is held by the pickup. The processor settles it
   after the run; if no run starts, the hold's release gives it all back.
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import anyio
 
-from dispatch.budget.ledger import Blocked, SpendLedger, reservation_id
-from dispatch.budget.plan import MICRO, Counter, counters, subject_of
-from dispatch.budget.windows import local_text
 from dispatch.clock import Clock
 from dispatch.config.limits import zone
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Refuse
 from dispatch.reasons import DAILY_TOKEN_CAP, DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP, SOFT_HOLD
+from dispatch.spend.ledger import Blocked, SpendLedger, reservation_id
+from dispatch.spend.plan import MICRO, Counter, counters, subject_of
+from dispatch.spend.windows import local_text
 
 MIN_HOLD_MS = 1_000
 

@@ -114,7 +114,7 @@ def leases_registry(prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def wait_state(queue: str, job_id: str, prefix: str = DEFAULT_PREFIX) -> str:
-    """STRING a held job's wait state (JSON, records/wait_state.py), with a backstop TTL."""
+    """STRING a held job's wait state (JSON, gates/wait/state.py), with a backstop TTL."""
     return f"{prefix}:wait:state:{queue}:{job_id}"
 
 

@@ -12,8 +12,8 @@ from dispatch.cli.doctor import profile_checks, render
 from dispatch.cli.waits import by_reason, conditions, when, why_line
 from dispatch.client import JobView
 from dispatch.errors import InvalidJob
+from dispatch.gates.wait.state import WaitState
 from dispatch.model import DeferRecord
-from dispatch.records.wait_state import WaitState
 
 NOW = int(datetime(2030, 3, 4, 10, 2, tzinfo=UTC).timestamp() * 1000)
 MIN = 60_000

@@ -19,7 +19,8 @@ from redis.exceptions import ReadOnlyError
 
 from dispatch.config.schemas import Project
 from dispatch.daemon.processor import Processor, ProcessorSettings
-from dispatch.gates.base import ADMIT, Decision, Defer, JobSize, Pickup, Refuse, Release
+from dispatch.fleet.host_budget import JobSize
+from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
 from dispatch.model import DeferRecord, Job, Result, RunRecord, Size, WaitFor, encode_job
 from dispatch.queue.transitions import Claim

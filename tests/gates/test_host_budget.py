@@ -9,14 +9,9 @@ from hypothesis import strategies as st
 
 from dispatch.config.schemas import Project
 from dispatch.config.settings import Settings
-from dispatch.gates.base import HOST_BUDGET_DELAY_MS, Admit, Defer, JobSize, Pickup
-from dispatch.gates.host_budget import (
-    HostBudget,
-    HostBudgetGate,
-    Reservation,
-    describe,
-    machine_size,
-)
+from dispatch.fleet.host_budget import HostBudget, JobSize, Reservation, describe, machine_size
+from dispatch.gates.base import HOST_BUDGET_DELAY_MS, Admit, Defer, Pickup
+from dispatch.gates.host_budget import HostBudgetGate
 from dispatch.model import Job
 from tests.support.pickups import hold_names, pickup_of
 

@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 
 from dispatch.config.settings import Settings
+from dispatch.fleet.host_budget import HostBudget, JobSize
 from dispatch.fleet.slots import Slots
-from dispatch.gates.base import HOST_SLOT_DELAY_MS, Admit, Defer, JobSize, Pickup
-from dispatch.gates.host_budget import HostBudget
+from dispatch.gates.base import HOST_SLOT_DELAY_MS, Admit, Defer, Pickup
 from dispatch.gates.host_slot import HOST_SLOT_KEY, HostSlotGate
 from dispatch.model import Job
 from tests.support.pickups import hold_names, pickup_of

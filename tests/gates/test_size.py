@@ -6,8 +6,8 @@ import pytest
 
 from dispatch.config.schemas import ConfigSnapshot, Overlay, Project
 from dispatch.config.settings import Settings
-from dispatch.gates.base import NEVER_FITS_DELAY_MS, Admit, Defer, JobSize, Pickup, Refuse
-from dispatch.gates.host_budget import HostBudget
+from dispatch.fleet.host_budget import HostBudget, JobSize
+from dispatch.gates.base import NEVER_FITS_DELAY_MS, Admit, Defer, Pickup, Refuse
 from dispatch.gates.size import SizeGate, resolve_size
 from dispatch.model import Job, Size
 from tests.support.pickups import pickup_of

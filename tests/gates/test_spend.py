@@ -10,8 +10,6 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from dispatch.budget.ledger import Reservation, SpendLedger
-from dispatch.budget.windows import local_text, window
 from dispatch.clock import FakeClock, SystemClock
 from dispatch.config.limits import zone
 from dispatch.config.schemas import ConfigSnapshot, Overlay, Project, ScopedLimit
@@ -20,6 +18,8 @@ from dispatch.gates.spend import SpendGate
 from dispatch.model import Job
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import DAILY_TOKEN_CAP, DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP, SOFT_HOLD
+from dispatch.spend.ledger import Reservation, SpendLedger
+from dispatch.spend.windows import local_text, window
 from tests.support.pickups import claim_of
 
 pytestmark = pytest.mark.anyio

@@ -16,13 +16,13 @@ from dispatch.config.settings import Settings
 from dispatch.fleet.leases import FleetLeases, LeaseSettings, holders
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Defer
-from dispatch.gates.wait import CHECK_KEY, WaitGate
-from dispatch.gates.wait_claims import IdentityClaims
-from dispatch.gates.wait_look import WaitParts
-from dispatch.gates.wait_profiles import Answer, Verdict
+from dispatch.gates.wait.claims import IdentityClaims
+from dispatch.gates.wait.gate import CHECK_KEY, WaitGate
+from dispatch.gates.wait.parts import WaitParts
+from dispatch.gates.wait.profiles import Answer, Verdict
+from dispatch.gates.wait.state import WaitStates
 from dispatch.model import Job, WaitFor
 from dispatch.queue.keys import lease_keys
-from dispatch.records.wait_state import WaitStates
 from tests.support.pickups import pickup_of
 
 CODES: dict[Verdict, int | None] = {"go": 0, "hold": 3, "never": 2, "fault": 1, "aborted": None}

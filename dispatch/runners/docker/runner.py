@@ -103,7 +103,7 @@ from dispatch.runners.docker.labels import (
 )
 from dispatch.runners.docker.mounts import bind_mount, mismatch
 from dispatch.runners.docker.reaper import reap
-from dispatch.runners.docker.usage import with_usage
+from dispatch.runners.docker.usage_mount import with_usage
 from dispatch.runners.docker.user import HOME_DIR, TMPFS_OPTIONS, home_tmpfs, job_user
 from dispatch.runners.output import OutputFile
 
@@ -121,7 +121,7 @@ NOFILE_SOFT, NOFILE_HARD = 4096, 8192
 @dataclass(frozen=True, kw_only=True)
 class DockerSettings:
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
-    # The next three come from dispatch.config.Settings (see dispatch.runners.docker.setup).
+    # The next three come from dispatch.config.Settings (see dispatch.runners.docker.factory).
     default_image: str | None = None  # for jobs that name no image
     default_memory: str = "4g"  # for jobs run without the size gate
     default_cpus: float = 2.0
@@ -139,7 +139,7 @@ class DockerSettings:
         """The docker-only DISPATCH_* variables, as dispatch.config.settings parsed them.
 
         The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
-        default job size are laid over these by dispatch.runners.docker.setup.
+        default job size are laid over these by dispatch.runners.docker.factory.
         """
         s = settings_from_env(env)
         return cls(

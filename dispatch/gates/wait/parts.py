@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import msgspec
 
 from dispatch.gates.base import Pickup
-from dispatch.gates.wait_claims import IdentityClaims
-from dispatch.gates.wait_conditions import Conditions
-from dispatch.gates.wait_policy import Random
-from dispatch.gates.wait_profiles import ANSWERS, Answer, Checker
-from dispatch.records.wait_state import WaitState, WaitStates
+from dispatch.gates.wait.claims import IdentityClaims
+from dispatch.gates.wait.conditions import Conditions
+from dispatch.gates.wait.policy import Random
+from dispatch.gates.wait.profiles import ANSWERS, Answer, Checker
+from dispatch.gates.wait.state import WaitState, WaitStates
 
 
 @dataclass(frozen=True)

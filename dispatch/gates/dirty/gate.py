@@ -43,7 +43,7 @@ from typing import TypeVar
 import anyio
 
 from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
-from dispatch.gates.git_layout import (
+from dispatch.gates.dirty.layout import (
     Layout,
     Unreadable,
     Unsafe,
@@ -53,7 +53,7 @@ from dispatch.gates.git_layout import (
     git_dir_of,
     head_of,
 )
-from dispatch.gates.git_shadow import Shadow, build_shadow
+from dispatch.gates.dirty.shadow import Shadow, build_shadow
 from dispatch.reasons import DIRTY_TREE
 
 _T = TypeVar("_T")

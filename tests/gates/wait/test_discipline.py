@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from dispatch.gates.wait_profiles import Verdict
+from dispatch.gates.wait.profiles import Verdict
 from tests.support.waits import assert_discipline, make_rig
 
 verdicts = st.lists(st.sampled_from(["go", "hold", "never", "fault", "aborted"]), max_size=14)

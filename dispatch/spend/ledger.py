@@ -26,11 +26,11 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from dispatch.budget.plan import MARGIN_MS, Counter
 from dispatch.errors import RedisUnavailable
 from dispatch.log import event
 from dispatch.queue.keys import DEFAULT_PREFIX, budget_keys
 from dispatch.queue.scripts import Arg, checked, script
+from dispatch.spend.plan import MARGIN_MS, Counter
 
 Mode = Literal["settle", "refund"]
 RECORD_TTL_MS = MARGIN_MS  # an unsettled record lives as long as the counters it names

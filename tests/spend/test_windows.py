@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatch.budget.windows import KINDS, Window, local_text, window
 from dispatch.clock import FakeClock
+from dispatch.spend.windows import KINDS, Window, local_text, window
 
 UTC = zoneinfo.ZoneInfo("UTC")
 AMS = zoneinfo.ZoneInfo("Europe/Amsterdam")

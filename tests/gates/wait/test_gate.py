@@ -14,11 +14,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from dispatch.fleet.leases import holders
-from dispatch.gates import wait as wait_module
 from dispatch.gates.base import Admit, Defer, Refuse
-from dispatch.gates.wait import CHECK_KEY
-from dispatch.gates.wait_claims import IdentityClaims
-from dispatch.gates.wait_profiles import Verdict
+from dispatch.gates.wait import gate as wait_module
+from dispatch.gates.wait.claims import IdentityClaims
+from dispatch.gates.wait.gate import CHECK_KEY
+from dispatch.gates.wait.profiles import Verdict
 from dispatch.model import Job, WaitFor, iso
 from dispatch.queue.keys import lease_keys
 from dispatch.queue.transitions import NewJob, Queue
@@ -267,7 +267,7 @@ async def test_the_wait_state_tells_the_story(rig: Rig) -> None:
 
 
 def test_a_throttled_re_check_never_comes_before_11_s() -> None:
-    from dispatch.gates.wait_policy import WaitLimits, throttle_delay_ms
+    from dispatch.gates.wait.policy import WaitLimits, throttle_delay_ms
 
     limits = WaitLimits(interval_ms=30_000)
     assert throttle_delay_ms(limits, 0, lambda: 0.0) == 11_000  # a quarter would be 7.5 s
@@ -276,7 +276,7 @@ def test_a_throttled_re_check_never_comes_before_11_s() -> None:
 
 
 def test_check_slots_never_take_the_last_job_slot() -> None:
-    from dispatch.gates.wait_policy import WaitLimits, check_slots
+    from dispatch.gates.wait.policy import WaitLimits, check_slots
 
     assert check_slots(WaitLimits(check_slots=5), 3) == 2
     assert check_slots(WaitLimits(check_slots=1), 8) == 1

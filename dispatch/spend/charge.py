@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from dispatch.budget.ledger import Reservation
-from dispatch.budget.plan import MICRO
-from dispatch.budget.usage import Usage
 from dispatch.model import RunRecord
+from dispatch.spend.ledger import Reservation
+from dispatch.spend.plan import MICRO
+from dispatch.spend.usage_report import Usage
 
 NEVER_STARTED_EXITS = frozenset({125, 126, 127})
 

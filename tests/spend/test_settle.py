@@ -12,9 +12,6 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from dispatch.budget.ledger import SpendLedger
-from dispatch.budget.plan import MICRO
-from dispatch.budget.windows import window
 from dispatch.clock import SystemClock
 from dispatch.config.limits import zone
 from dispatch.config.schemas import ConfigSnapshot, Overlay, ScopedLimit
@@ -25,6 +22,9 @@ from dispatch.reasons import IMAGE_MISSING
 from dispatch.runners.base import AbortSignal, Runner
 from dispatch.runners.docker import DockerClient, DockerRunner, DockerSettings
 from dispatch.runners.process import ProcessRunner
+from dispatch.spend.ledger import SpendLedger
+from dispatch.spend.plan import MICRO
+from dispatch.spend.windows import window
 from tests.support.pickups import claim_of
 
 pytestmark = pytest.mark.anyio

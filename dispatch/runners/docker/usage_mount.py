@@ -1,6 +1,6 @@
 """The usage report's way out of a container: the run's own directory (made by the processor,
-`dispatch/budget/usage.py`) is bound at `USAGE_TARGET`, and `$DISPATCH_USAGE` names the file in
-it. Apart from the rest of the create body, which says how the job itself is confined."""
+`dispatch/spend/usage_report.py`) is bound at `USAGE_TARGET`, and `$DISPATCH_USAGE` names the
+file in it. Apart from the rest of the create body, which says how the job itself is confined."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dispatch.gates.base import Admit, Pickup, Refuse
-from dispatch.gates.dirty import DirtyTreeGate
+from dispatch.gates.dirty.gate import DirtyTreeGate
 from dispatch.model import Job
 from tests.support.pickups import pickup_of
 

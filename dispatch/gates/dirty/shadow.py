@@ -27,7 +27,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dispatch.gates.git_layout import LARGE, SMALL, Layout, Unreadable, head_of
+from dispatch.gates.dirty.layout import LARGE, SMALL, Layout, Unreadable, head_of
 
 # a gitlink's mode in an index entry (0o160000, 32-bit big-endian): no such bytes, no submodule
 GITLINK_MODE = b"\x00\x00\xe0\x00"

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from dispatch.gates import dirty
 from dispatch.gates.base import Admit, Decision, Refuse
-from dispatch.gates.dirty import DirtyTreeGate
+from dispatch.gates.dirty import gate as dirty
+from dispatch.gates.dirty.gate import DirtyTreeGate
 from dispatch.model import Job
 from tests.support.pickups import pickup_of
 

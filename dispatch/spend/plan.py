@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from dispatch.budget.windows import Window, WindowKind, window
 from dispatch.config.limits import Scope, parse_scope
 from dispatch.config.schemas import Overlay, ScopedLimit
 from dispatch.model import Job
 from dispatch.queue.keys import BudgetKeys
+from dispatch.spend.windows import Window, WindowKind, window
 
 Metric = Literal["runs", "usd", "tokens"]
 MICRO = 1_000_000

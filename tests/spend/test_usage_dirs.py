@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.budget.usage import UsageDirs
+from dispatch.spend.usage_report import UsageDirs
 
 
 def test_a_clean_directory_goes_to_the_next_run(tmp_path: Path) -> None:

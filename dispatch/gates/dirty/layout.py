@@ -1,6 +1,6 @@
 """Where a folder's repository lives, read as plain files that must lie inside the allowed roots.
 
-The dirty-tree gate (`dirty.py`) never lets git discover a repository by itself. This module
+The dirty-tree gate (`gate.py`) never lets git discover a repository by itself. This module
 finds it as git would: the first `.git` up from the folder, a `.git` file's `gitdir:`, a
 `commondir`. Every place git is later pointed at must resolve (symlinks followed) inside the
 bounds: the allowed roots (`DISPATCH_ALLOWED_ROOTS`), or the work tree itself when there are

@@ -36,14 +36,14 @@ from dispatch.gates.base import (
     Pickup,
     Refuse,
 )
-from dispatch.gates.wait_conditions import (
+from dispatch.gates.wait.conditions import (
     check_target,
     conditions,
     identity,
     label,
 )
-from dispatch.gates.wait_look import Checked, Look, WaitParts
-from dispatch.gates.wait_policy import (
+from dispatch.gates.wait.parts import Checked, Look, WaitParts
+from dispatch.gates.wait.policy import (
     THROTTLE_ALARM,
     Held,
     WaitLimits,
@@ -52,8 +52,9 @@ from dispatch.gates.wait_policy import (
     check_slots,
     throttle_delay_ms,
 )
-from dispatch.gates.wait_profiles import ANSWERS, Answer
-from dispatch.gates.wait_refusals import STARVED, gave_up, profile_problem, span, superseded
+from dispatch.gates.wait.profiles import ANSWERS, Answer
+from dispatch.gates.wait.refusals import STARVED, gave_up, profile_problem, span, superseded
+from dispatch.gates.wait.state import WaitState
 from dispatch.log import event
 from dispatch.model import iso
 from dispatch.reasons import (
@@ -67,7 +68,6 @@ from dispatch.reasons import (
     WAIT_THROTTLED,
     WAIT_UNREADABLE,
 )
-from dispatch.records.wait_state import WaitState
 
 CHECK_KEY = "wait-check"  # the in-process slot and the fleet lease: one bound for every profile
 CLAIM_MARGIN_MS = 3_600_000  # a claim outlives the longest wait by this much

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.gates.base import Admit, Decision, Refuse
-from dispatch.gates.dirty import DirtyTreeGate
-from dispatch.gates.git_shadow import _ALLOWED, allowed_settings
+from dispatch.gates.dirty.gate import DirtyTreeGate
+from dispatch.gates.dirty.shadow import _ALLOWED, allowed_settings
 from dispatch.model import Job
 from tests.support.pickups import pickup_of
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import msgspec
 
-from dispatch.budget.plan import micro
 from dispatch.log import event
+from dispatch.spend.plan import micro
 
 MAX_BYTES = 64 * 1024
 SETTLED_S = 2.0  # a report dir unchanged this long when lent is judged by one fstat after

@@ -11,11 +11,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from dispatch.budget.plan import MICRO, Metric, caps_of, ledger_of, soft_of
-from dispatch.budget.windows import local_text, window
 from dispatch.config.limits import parse_scope, zone
 from dispatch.config.schemas import Overlay, ScopedLimit
 from dispatch.queue.keys import budget_keys
+from dispatch.spend.plan import MICRO, Metric, caps_of, ledger_of, soft_of
+from dispatch.spend.windows import local_text, window
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dispatch.config.schemas import WaitProfile
 from dispatch.gates.base import Refuse
-from dispatch.gates.wait_conditions import TARGET
-from dispatch.gates.wait_policy import Held
-from dispatch.gates.wait_profiles import Answer
+from dispatch.gates.wait.conditions import TARGET
+from dispatch.gates.wait.policy import Held
+from dispatch.gates.wait.profiles import Answer
 from dispatch.reasons import (
     WAIT_EXPIRED,
     WAIT_PROFILE_UNKNOWN,

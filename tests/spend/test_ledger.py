@@ -8,12 +8,12 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from dispatch.budget import ledger as ledger_module
-from dispatch.budget.ledger import SpendLedger, reservation_id
-from dispatch.budget.plan import Counter, Subject, counters
 from dispatch.config.limits import zone
 from dispatch.config.schemas import Overlay, ScopedLimit
 from dispatch.queue.keys import queue_keys
+from dispatch.spend import ledger as ledger_module
+from dispatch.spend.ledger import SpendLedger, reservation_id
+from dispatch.spend.plan import Counter, Subject, counters
 
 pytestmark = pytest.mark.anyio
 
