@@ -37,7 +37,9 @@ from redis.exceptions import RedisError
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
+from dispatch.daemon import outcomes
 from dispatch.daemon.engine_wait import EngineWait
+from dispatch.daemon.outcomes import Action
 from dispatch.daemon.timeouts import Timeouts
 from dispatch.errors import InvalidJob, RedisUnavailable
 from dispatch.gates.base import (
@@ -57,22 +59,16 @@ from dispatch.gates.wait.conditions import unreadable_refusal
 from dispatch.log import event
 from dispatch.model import (
     JOB_VERSION,
-    DeferRecord,
     Job,
-    Result,
     RunRecord,
     Size,
-    State,
     decode_job,
     encoder,
-    iso,
     peek_version,
 )
 from dispatch.queue.faults import cause
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import (
-    CANCELLED,
-    COMPLETED,
     DOCKER_UNAVAILABLE,
     FAILED,
     INFRA,
@@ -127,7 +123,7 @@ class ProcessorSettings:
 class Ending(msgspec.Struct):
     """How a claim ends: `finish` (payload is the result), `retry` or `defer` (defer record)."""
 
-    action: str
+    action: Action
     payload: bytes
     delay_ms: int = 0
     record: RunRecord | None = None
@@ -330,10 +326,7 @@ class Processor:
 
     def _settled(self, claim: Claim, job: Job, record: RunRecord) -> Ending:
         """End as the recorded run ended, retrying only what a run would have retried."""
-        result = RunResult(
-            started=record.started_at is not None,
-            exit_code=record.exit_code,
-        )
+        result = outcomes.as_run(record)
         outcome: Outcome = record.outcome
         ending = self._ending_for(claim, job, result, outcome, record.reason, record)
         ending.record = None  # already recorded, locally by the host that ran it
@@ -343,7 +336,8 @@ class Processor:
         if abort_reason in HAND_BACK and ended_on_its_own(result):
             abort_reason = ""  # it exited before the stop reached it: its own outcome stands
         outcome, reason = classify(result, abort_reason)
-        record = self._record(claim, job, result, outcome, reason)
+        now = self.clock.now_ms()
+        record = outcomes.run_record(claim, job, result, outcome, reason, self.s.host, now)
         if abort_reason in HAND_BACK:  # a fault stopped it: back without spending an attempt
             return self._defer(claim, Defer(HAND_BACK[abort_reason], abort_reason), job, record)
         return self._ending_for(claim, job, result, outcome, reason, record)
@@ -361,45 +355,8 @@ class Processor:
             delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
             retry = Defer(delay, RETRY, detail=reason)
             return self._defer(claim, retry, job, record, "retry")  # not a reason: the action
-        state: State = "completed" if outcome == COMPLETED else "failed"
-        if outcome == CANCELLED:
-            state = "cancelled"
-        res = Result(
-            state=state,
-            outcome=outcome,
-            reason=reason,
-            exit_code=result.exit_code,
-            host=self.s.host,
-            ended_at=iso(self.clock.now_ms()) or "",
-        )
+        res = outcomes.finished(outcome, reason, result.exit_code, self.s.host, self.clock.now_ms())
         return Ending("finish", encoder.encode(res), record=record)
-
-    def _record(
-        self, claim: Claim, job: Job, result: RunResult, outcome: Outcome, reason: str
-    ) -> RunRecord:
-        ended = result.ended_ms or self.clock.now_ms()
-        return RunRecord(
-            id=job.id,
-            attempt=claim.attempt,
-            host=self.s.host,
-            queue=claim.queue,
-            outcome=outcome,
-            reason=reason,
-            exit_code=result.exit_code,
-            queued_at=iso(claim.queued_ms),
-            started_at=iso(result.started_ms),
-            ended_at=iso(ended),
-            project=job.project,
-            target=job.target(),
-            size=job.size,
-            image=job.image,
-            slot_ms=max(ended - result.started_ms, 0) if result.started_ms else 0,
-            container=result.container,
-            output=result.output,
-            output_lost=result.output_lost,
-            kill=result.kill,
-            claim=claim.token,
-        )
 
     def _defer(
         self,
@@ -407,60 +364,23 @@ class Processor:
         d: Defer,
         job: Job | None = None,
         record: RunRecord | None = None,
-        action: str = "defer",
+        action: Action = "defer",
     ) -> Ending:
-        now = self.clock.now_ms()
-        rec = DeferRecord(
-            reason=d.reason,
-            until=iso(now + d.delay_ms) or "",
-            at=iso(now) or "",
-            host=self.s.host,
-            project=job.project if job else None,
-            holder=d.holder,
-            detail=d.detail,
-            attempt=claim.attempt,
-        )
+        rec = outcomes.defer_record(claim, d, job, self.s.host, self.clock.now_ms())
         event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
         cancelled = self._cancel_result(record.exit_code if record else None)
         return Ending(action, encoder.encode(rec), d.delay_ms, record, cancelled=cancelled)
 
     def _cancel_result(self, exit_code: int | None = None) -> bytes:
-        res = Result(
-            state="cancelled",
-            outcome=CANCELLED,
-            reason=OPERATOR_CANCEL,
-            exit_code=exit_code,
-            host=self.s.host,
-            ended_at=iso(self.clock.now_ms()) or "",
-        )
-        return encoder.encode(res)
+        return encoder.encode(outcomes.cancelled(self.s.host, self.clock.now_ms(), exit_code))
 
     def _refuse(
         self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = POLICY
     ) -> Ending:
         now = self.clock.now_ms()
         event("job_refused", job=claim.id, reason=r.reason, why=r.sentence)
-        record = RunRecord(
-            id=claim.id,
-            attempt=claim.attempt,
-            host=self.s.host,
-            queue=claim.queue,
-            outcome=outcome,
-            reason=r.reason,
-            sentence=r.sentence,
-            queued_at=iso(claim.queued_ms),
-            ended_at=iso(now),
-            target=job.target() if job else "",
-            claim=claim.token,
-        )
-        res = Result(
-            state="failed",
-            outcome=outcome,
-            reason=r.reason,
-            sentence=r.sentence,
-            host=self.s.host,
-            ended_at=iso(now) or "",
-        )
+        record = outcomes.refusal_record(claim, job, r, outcome, self.s.host, now)
+        res = outcomes.refused(outcome, r, self.s.host, now)
         return Ending("finish", encoder.encode(res), record=record)
 
     def crashed(self, claim: Claim, exc: BaseException) -> Ending:

@@ -27,11 +27,11 @@ from redis.asyncio import Redis
 
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
+from dispatch.daemon import outcomes
 from dispatch.log import event
-from dispatch.model import Result, encoder, iso
+from dispatch.model import encoder
 from dispatch.queue import fleet_pause, keys
 from dispatch.queue.transitions import Claim, Queue
-from dispatch.reasons import INFRA, STALLED
 from dispatch.runners.output import output_dir, output_name, prune
 from dispatch.spend.ledger import SpendLedger
 
@@ -59,13 +59,7 @@ class Upkeep:
 
     async def sweep(self, queue: Queue) -> list[str]:
         """Sweep one queue; the ids put back in wait."""
-        result = Result(
-            state="failed",
-            outcome=INFRA,
-            reason=STALLED,
-            host=self.s.host,
-            ended_at=iso(self.clock.now_ms()) or "",
-        )
+        result = outcomes.stalled(self.s.host, self.clock.now_ms())
         requeued, failed = await queue.sweep(self.s.max_stalls, encoder.encode(result))
         if requeued or failed:
             event("stalled_jobs_swept", queue=queue.name, requeued=requeued, failed=failed)
