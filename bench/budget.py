@@ -28,7 +28,8 @@ import msgspec
 import uvloop
 from redis.asyncio import Redis
 
-from bench.leases import redis_server, redis_version
+from bench.support.redis import command_calls, redis_server, redis_version
+from bench.support.stats import percentile
 from dispatch.config.limits import zone
 from dispatch.config.schemas import Overlay, ScopedLimit
 from dispatch.queue.scripts import load_all
@@ -64,8 +65,7 @@ async def reserver(
 
 
 async def evalsha_calls(redis: Redis) -> int:
-    stats = await redis.info("commandstats")
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    return (await command_calls(redis)).get("evalsha", 0)
 
 
 async def run(url: str, concurrency: int, duration_s: float) -> dict[str, Any]:
@@ -83,15 +83,14 @@ async def run(url: str, concurrency: int, duration_s: float) -> dict[str, Any]:
     elapsed = time.perf_counter() - start
     calls = await evalsha_calls(redis) - before
     total = sum(counts)
-    lat.sort()
     await redis.aclose()
     return {
         "concurrency": concurrency,
         "counters_per_reservation": len(found),
         "reservations": total,
         "reservations_per_s": round(total / elapsed),
-        "reserve_p50_ms": round(lat[len(lat) // 2] * 1000, 2),
-        "reserve_p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
+        "reserve_p50_ms": round(percentile(lat, 0.50) * 1000, 2),
+        "reserve_p99_ms": round(percentile(lat, 0.99) * 1000, 2),
         "redis_commands_per_reservation": round(calls / (2 * total), 3),
         "redis_commands_per_reserve_and_settle": round(calls / total, 3),
         "redis": await redis_version(url),

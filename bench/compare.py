@@ -4,7 +4,7 @@
     python -m bench.compare [--configs c10,c50] [--systems dispatch,bullmq,...] [--reps 3]
                             [--jobs 20000] [--arq-poll-s 0.01] [--json]
 
-One redis-server (bench.leases.redis_server), flushed before every run. For each config,
+One redis-server (bench.support.redis.redis_server), flushed before every run. For each config,
 the reps alternate between systems, each rep starting one system later, so a loud spell on
 the shared host falls on all of them alike. Every system runs one worker process with
 concurrency C and is measured as `bench.queue` measures dispatch (phases: enqueue N into a
@@ -52,11 +52,12 @@ from typing import Any
 import uvloop
 from redis.asyncio import Redis
 
-from bench.leases import redis_server, redis_version
 from bench.peers.harness import PEERS, measure_peer
 from bench.peers.table import SYSTEMS, quiet, ratios, render, rotation, summarize
-from bench.queue import machine_cpu_s, measure
+from bench.queue import measure
 from bench.queue import parse as queue_args
+from bench.support.cpu import machine_cpu_s
+from bench.support.redis import redis_server, redis_version
 
 Row = dict[str, Any]
 CONFIGS = {"c10": 10, "c50": 50}

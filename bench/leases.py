@@ -43,16 +43,10 @@ import multiprocessing as mp
 import os
 import platform
 import random
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any, Protocol, cast
@@ -62,6 +56,8 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
+from bench.support.redis import redis_server, redis_version
+from bench.support.stats import jain, percentile
 from dispatch.queue.keys import lease_keys
 from dispatch.queue.scripts import Arg, script
 
@@ -394,19 +390,6 @@ def worker_main(w: Workload, index: int, counter: HolderCounter, start: Any, out
     out.put(row)
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def jain(shares: list[int]) -> float:
-    total = sum(shares)
-    squares = sum(s * s for s in shares)
-    return total * total / (len(shares) * squares) if squares else 0.0
-
-
 def run(w: Workload) -> Row:
     ctx = mp.get_context("spawn")
     counter = HolderCounter(ctx.Value("i", 0), ctx.Value("i", 0))
@@ -439,45 +422,6 @@ def summarize(w: Workload, rows: list[Row], most: int) -> Row:
         "round_trips_per_acquire": round(sum(r["acquire_trips"] for r in rows) / calls, 3),
         "round_trips_per_release": round(sum(r["release_trips"] for r in rows) / releases, 3),
     }
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    given = os.environ.get("DISPATCH_REDIS_URL")
-    if given:
-        yield given
-        return
-    binary = shutil.which("redis-server") or sys.exit("redis-server not found")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", tmp]
-        proc = subprocess.Popen([*argv, "--appendonly", "no"], stdout=subprocess.DEVNULL)
-        try:
-            wait_for_port(port)
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
-def wait_for_port(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.02)
-    sys.exit("redis-server did not start")
-
-
-async def redis_version(url: str) -> str:
-    client = Redis.from_url(url)
-    info = await client.info("server")
-    await client.aclose()
-    return str(info.get("valkey_version") or info["redis_version"])
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

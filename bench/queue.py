@@ -46,7 +46,9 @@ from typing import Any
 import uvloop
 from redis.asyncio import Redis
 
-from bench.leases import percentile, redis_server, redis_version
+from bench.support.cpu import machine_cpu_s, process_cpu_s
+from bench.support.redis import Stats, redis_server, redis_version, server_ms, stats
+from bench.support.stats import percentile
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
@@ -182,12 +184,7 @@ class Fleet:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds the daemon processes have used so far."""
-        total = 0
-        for p in self.procs:
-            with open(f"/proc/{p.pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(p.pid for p in self.procs if p.pid is not None)
 
     def rss_mib(self) -> float:
         """Resident memory of the daemon processes now."""
@@ -216,51 +213,6 @@ class Fleet:
 
 
 # -- measuring --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    calls: dict[str, int]
-    cpu_s: float
-
-    def __sub__(self, other: Stats) -> Stats:
-        names = self.calls.keys() | other.calls.keys()
-        calls = {n: self.calls.get(n, 0) - other.calls.get(n, 0) for n in names}
-        return Stats({n: c for n, c in calls.items() if c}, self.cpu_s - other.cpu_s)
-
-    @property
-    def total(self) -> int:
-        return sum(self.calls.values())
-
-    @property
-    def scripts(self) -> int:
-        return self.calls.get("evalsha", 0) + self.calls.get("eval", 0)
-
-
-async def stats(redis: Redis) -> Stats:
-    """Calls per command since the server started (INFO itself left out), and its CPU."""
-    commands = await redis.info("commandstats")
-    cpu = await redis.info("cpu")
-    calls = {
-        name.removeprefix("cmdstat_"): int(v["calls"])
-        for name, v in commands.items()
-        if name != "cmdstat_info"
-    }
-    return Stats(calls, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
-
-
-def machine_cpu_s() -> tuple[float, float]:
-    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _, _, irq, softirq, steal = ticks[:8]
-    hz = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq) / hz, steal / hz
-
-
-async def server_ms(redis: Redis) -> int:
-    seconds, micros = await redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def enqueue(queue: Queue, jobs: list[NewJob], batch: int) -> float:

@@ -49,8 +49,9 @@ Figures, the first four should be 0:
   daemon_events        the daemons' log events other than start and stop.
 
 Cleanup: every child (redis-server, daemons) gets a parent-death SIGKILL and is killed when
-the bench exits, on Ctrl-C, SIGTERM or an error too; the work dir (marks, state dirs with
-the daemons' logs, `evidence.json` with the faults' instants) is removed unless `--keep`.
+the bench exits, on Ctrl-C, SIGTERM or an error too (bench/support/children.py); the work dir
+(marks, state dirs with the daemons' logs, `evidence.json` with the faults' instants) is
+removed unless `--keep`.
 """
 
 from __future__ import annotations
@@ -58,20 +59,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import platform
 import random
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -83,8 +81,17 @@ import uvloop
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from bench.leases import redis_version, wait_for_port
 from bench.soak_runs import Evidence, Fault, Tally, command, tally
+from bench.support.children import (
+    DAEMON_ENV,
+    LOCK_MS,
+    Children,
+    Daemon,
+    children,
+    daemon_env,
+    start_redis,
+)
+from bench.support.redis import redis_version
 from dispatch import Client, Job, new_id
 from dispatch.config.settings import from_env
 from dispatch.model import Result, encode_job
@@ -94,16 +101,6 @@ from dispatch.queue.transitions import NewJob, Queue
 from dispatch.records.disk_log import decode as decode_record
 
 Row = dict[str, Any]
-LOCK_MS = 3000
-DAEMON_ENV = {
-    "DISPATCH_RUNNER": "process",
-    "DISPATCH_LOCK_MS": str(LOCK_MS),
-    "DISPATCH_STOP_GRACE": "0.5s",
-    "DISPATCH_RENEW_EVERY": "0.5s",
-    "DISPATCH_SWEEP_EVERY": "1s",
-    "DISPATCH_CONCURRENCY": "8",
-    "DISPATCH_SHUTDOWN_GRACE": "2s",
-}
 DAEMONS = 3
 KILL_EVERY_S = (4.0, 6.0)
 FREEZE_AT_S = (1.0, 11.0, 21.0)
@@ -113,125 +110,7 @@ CLIENT_TIMEOUT_S = 10.0  # longer than any pause: the bench's calls wait one out
 POLL_S = 0.25
 PROGRESS_S = 10.0
 BENIGN = {"daemon_starting", "worker_started", "worker_draining", "worker_stopped"}
-_PR_SET_PDEATHSIG = 1
 _result = msgspec.json.Decoder(Result)
-
-
-def _killed_with_bench(bench: int) -> None:
-    """In the child, before exec: SIGKILL when the bench dies, however it dies (at once if it
-    died before the signal was armed)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != bench:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A child in its own session (a Ctrl-C reaches the bench alone), output to `log`."""
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            preexec_fn=partial(_killed_with_bench, os.getpid()),
-        )
-
-
-# -- the processes ----------------------------------------------------------------------------
-
-
-@dataclass
-class Daemon:
-    host: str
-    state: Path
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
-    expected_exit: bool = False  # the bench is killing or stopping it
-    pids: list[int] = field(default_factory=list)  # one per start
-
-    def start(self) -> None:
-        argv = [sys.executable, "-m", "dispatch", "worker"]
-        self.proc = spawn(argv, self.state / "daemon.log", self.env)
-        self.pids.append(self.proc.pid)
-        self.expected_exit = False
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def send(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    async def gone(self, timeout_s: float = 30.0) -> bool:
-        """Poll until the process is reaped; False if it outlived `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        while self.proc is not None and self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.01)
-        return True
-
-
-@dataclass
-class Children:
-    """Every process the bench started, killed on the way out whatever happens."""
-
-    redis: subprocess.Popen[bytes] | None = None
-    daemons: list[Daemon] = field(default_factory=list)
-
-    def kill_all(self) -> None:
-        procs = [d.proc for d in self.daemons] + [self.redis]
-        for proc in procs:
-            if proc is not None and proc.poll() is None:
-                proc.kill()  # works on a stopped process too
-        for proc in procs:
-            if proc is not None:
-                proc.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def children() -> Iterator[Children]:
-    kids = Children()
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        yield kids
-    finally:
-        kids.kill_all()
-        signal.signal(signal.SIGTERM, previous)
-
-
-def start_redis(kids: Children, work: Path) -> str:
-    port = _free_port()
-    binary = shutil.which("redis-server") or sys.exit("soak: redis-server not found")
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no", "--dir", str(work)]
-    kids.redis = spawn(argv, work / "redis.log")
-    wait_for_port(port)
-    return f"redis://127.0.0.1:{port}/0"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def daemon_env(url: str, prefix: str, state: Path, host: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
-    env.update(DAEMON_ENV)
-    env.update(
-        DISPATCH_REDIS_URL=url,
-        DISPATCH_PREFIX=prefix,
-        DISPATCH_HOST=host,
-        DISPATCH_STATE_DIR=str(state),
-        DISPATCH_CONFIG_DIR=str(state / "config"),  # empty: never the operator's own
-    )
-    return env
 
 
 # -- the faults -------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -38,7 +37,9 @@ from pathlib import Path
 import uvloop
 from redis.asyncio import Redis
 
-from bench.soak import Children, Daemon, children, daemon_env, start_redis
+from bench.support.children import Children, Daemon, children, daemon_env, start_redis
+from bench.support.cpu import process_cpu_s
+from bench.support.redis import command_calls
 from dispatch.model import Job, WaitFor, encode_job, new_id
 from dispatch.queue.transitions import NewJob, Queue
 
@@ -109,23 +110,7 @@ async def enqueue(redis: Redis, prefix: str, n: int) -> None:
 
 async def commands(redis: Redis) -> Counter[str]:
     """Calls per command so far, a script's own calls counted like a client's (INFO left out)."""
-    stats = await redis.info("commandstats")
-    return Counter(
-        {
-            k.removeprefix("cmdstat_"): int(v["calls"])
-            for k, v in stats.items()
-            if k != "cmdstat_info"
-        }
-    )
-
-
-def cpu_s(pids: list[int]) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime: the process's own
-    return total / ticks
+    return Counter(await command_calls(redis))
 
 
 def ends(marks: Path) -> int:
@@ -155,9 +140,9 @@ async def measure(args: argparse.Namespace, kids: Children, work: Path) -> Row:
         await asyncio.sleep(args.warmup_s)
         pids = [d.pid for d in kids.daemons]
         marks = work / "marks"
-        before = (await commands(redis), cpu_s(pids), ends(marks), time.monotonic())
+        before = (await commands(redis), process_cpu_s(pids), ends(marks), time.monotonic())
         await asyncio.sleep(args.seconds)
-        after = (await commands(redis), cpu_s(pids), ends(marks), time.monotonic())
+        after = (await commands(redis), process_cpu_s(pids), ends(marks), time.monotonic())
     finally:
         await redis.aclose()
     checks = max(after[2] - before[2], 1)

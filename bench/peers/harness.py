@@ -20,8 +20,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bench.leases import percentile
-from bench.queue import LATE_JOBS, LEAD_MS, SPREAD_MS, Stats, machine_cpu_s, server_ms, stats
+from bench.queue import LATE_JOBS, LEAD_MS, SPREAD_MS
+from bench.support.cpu import machine_cpu_s
+from bench.support.redis import Stats, server_ms, stats
+from bench.support.stats import percentile
 
 Row = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
