@@ -48,6 +48,7 @@ from dispatch.config.schemas import (
     WaitProfilesFile,
 )
 from dispatch.config.units import check_cpus, parse_memory
+from dispatch.config.windows import window_problems
 from dispatch.egress.rules import parse_rule
 from dispatch.errors import ConfigError
 from dispatch.log import event
@@ -216,9 +217,6 @@ def _check_windows(content: PauseWindowsFile) -> list[str]:
     if not content.windows:
         return []
     try:
-        # lazily: the pause gate owns what a window means; imported only when there is one
-        from dispatch.gates.pause import window_problems
-
         return [
             f"windows[{i}]: {problem}"
             for i, window in enumerate(content.windows)
@@ -232,7 +230,7 @@ def _check_triggers(content: TriggersFile) -> list[str]:
     if not content.triggers:
         return []
     try:
-        # lazily, like the windows: dispatch.triggers owns what a trigger means
+        # lazily: dispatch.triggers owns what a trigger means (and loads the cron parser)
         from dispatch.triggers.spec import file_problems
 
         return file_problems(content.triggers)

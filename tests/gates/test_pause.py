@@ -9,16 +9,9 @@ from hypothesis import strategies as st
 
 from dispatch.clock import FakeClock
 from dispatch.config.schemas import ConfigSnapshot, PauseWindow, Project
+from dispatch.config.windows import DAYS, active_until, window_problems
 from dispatch.gates.base import Admit, Defer, Pickup
-from dispatch.gates.pause import (
-    CHAIN_HORIZON_MS,
-    DAYS,
-    PauseGate,
-    active_until,
-    applies,
-    pause_until,
-    window_problems,
-)
+from dispatch.gates.pause import CHAIN_HORIZON_MS, PauseGate, applies, pause_until
 from dispatch.model import Job
 from tests.support.pickups import pickup_of
 
