@@ -79,7 +79,7 @@ class Settings:
     job_cpus: float = 2.0
     host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
     host_cpus: float | None = None
-    # the docker runner's own (dispatch.runners.docker.runner.DockerSettings reads them here)
+    # the docker runner's own (dispatch.runners.docker.settings.DockerSettings reads them here)
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
     container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
     container_network: str | None = None  # None = job_network, behind the egress proxy

@@ -19,7 +19,8 @@ import anyio
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.gates.base import ADMIT, Decision, Pickup, Refuse
 from dispatch.reasons import JOB_USER_ROOT
-from dispatch.runners.docker.runner import DockerSettings, allowed_folder
+from dispatch.runners.docker.mounts import allowed_folder
+from dispatch.runners.docker.settings import DockerSettings
 from dispatch.runners.docker.user import job_user
 
 

@@ -40,7 +40,7 @@ from dispatch.gates.trigger_overlap import TriggerOverlapGate
 from dispatch.gates.wait.gate import WaitGate
 from dispatch.gates.wait.parts import WaitParts
 from dispatch.records.mirror import RunMirror
-from dispatch.runners.docker.runner import DockerSettings
+from dispatch.runners.docker.settings import DockerSettings
 from dispatch.spend.ledger import SpendLedger
 
 

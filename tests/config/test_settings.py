@@ -101,7 +101,7 @@ def test_the_docker_variables_are_parsed_with_the_rest() -> None:
 
 def test_a_non_numeric_pids_limit_stops_the_docker_runner_with_one_line() -> None:
     """Regression: the runner read DISPATCH_CONTAINER_PIDS_LIMIT with int() (a traceback)."""
-    from dispatch.runners.docker.runner import DockerSettings
+    from dispatch.runners.docker.settings import DockerSettings
 
     with pytest.raises(ConfigError, match="DISPATCH_CONTAINER_PIDS_LIMIT"):
         DockerSettings.from_env({"DISPATCH_CONTAINER_PIDS_LIMIT": "lots"})

@@ -2,13 +2,13 @@
 
 Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id>`):
 
-    plan        folder under an allowed root (no symlink escape), else refuse `folder-not-allowed`;
-                the user (`user.py`: the folder's owner), else refuse `job-user-root`; no image
-                named and no default, else refuse `image-missing`
-    create      labels host / job / attempt / fence (the boot reaper reads them), no privileges;
-                an image not on this host refuses `image-missing` (the create answers 404:
-                images are never pulled, and nothing is created); engine unreachable -> error
-                `docker-unavailable`
+    plan        folder under an allowed root (`mounts.py`: no symlink escape), else refuse
+                `folder-not-allowed`; the user (`user.py`: the folder's owner), else refuse
+                `job-user-root`; no image named and no default, else refuse `image-missing`
+    create      the body from `spec.py`: labels host / job / attempt / fence (the boot reaper
+                reads them), no privileges; an image not on this host refuses `image-missing`
+                (the create answers 404: images are never pulled, and nothing is created);
+                engine unreachable -> error `docker-unavailable`
     wait        `condition=next-exit` registered BEFORE start, so a fast exit cannot be missed
     start       a local job's mount checked against its folder (`mounts.py`), else killed
                 and refused `mount-mismatch`; then the output streams to `ctx.output_path`,
@@ -36,33 +36,21 @@ run; how long to wait for that is the processor's, which past its `abort_wait_s`
 but leaves the run going (holds kept) until the container is gone. A run task cancelled all the
 same (the loop closing) still has its container removed, in the shielded task `settle()` awaits.
 
-Hardening: CapDrop ALL, no-new-privileges, a pids limit, Memory (swap capped to the same) and
-NanoCpus from the job's size (the processor hands over the size its gates resolved; the
-settings' defaults, 4g / 2 CPUs, cover a job run without gates), a non-root user (the folder's
-owner for a local job, else 65534:65534; `user.py`) with a tmpfs HOME of its own, an init as
-PID 1, a `nofile` ulimit, a read-only root with a tmpfs /tmp (opt-out: read_only=False), the
-engine's log in the `local` driver, rotated and bounded, network configurable (None = the
-engine's default bridge, "none" = no network; the daemon names its own internal job network and
-passes `egress_env`, the egress proxy's variables, which a job must have to start), restart
-policy `no`, auto-remove off (the exit must be read first). The job's env (its resolved
-secrets included, `ctx.env()`) is passed through and never logged.
+The create body (what the container is made of, hardening included) is `spec.py`'s, pure; the
+settings are `settings.py`'s, built once from the daemon's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from dispatch.clock import Clock, SystemClock
-from dispatch.config.settings import from_env as settings_from_env
-from dispatch.config.settings import parse_memory
 from dispatch.config.units import limited
-from dispatch.errors import ConfigError
 from dispatch.log import event
 from dispatch.model import Job
 from dispatch.reasons import (
@@ -83,7 +71,7 @@ from dispatch.reasons import (
     STOP_TIMEOUT,
     with_error,
 )
-from dispatch.runners.base import OUTPUT_CAP_BYTES, IsLive, RunContext, Runner, RunResult
+from dispatch.runners.base import IsLive, RunContext, Runner, RunResult
 from dispatch.runners.docker.attach import Attachment, RunLost
 from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
@@ -94,172 +82,16 @@ from dispatch.runners.docker.errors import (
     DockerUnavailable,
     ImageMissing,
 )
-from dispatch.runners.docker.labels import (
-    LABEL_ATTEMPT,
-    LABEL_FENCE,
-    LABEL_HOST,
-    LABEL_JOB,
-    NAME_PREFIX,
-)
-from dispatch.runners.docker.mounts import bind_mount, mismatch
+from dispatch.runners.docker.mounts import allowed_folder, mismatch
 from dispatch.runners.docker.reaper import reap
+from dispatch.runners.docker.settings import DockerSettings
+from dispatch.runners.docker.spec import Plan, container_config, container_name
 from dispatch.runners.docker.usage_mount import with_usage
-from dispatch.runners.docker.user import HOME_DIR, TMPFS_OPTIONS, home_tmpfs, job_user
+from dispatch.runners.docker.user import job_user
 from dispatch.runners.output import OutputFile
 
 SIGKILL_EXIT = 128 + 9
 _OOM_EVENT = "oom"  # not a reason: what the engine calls the event
-# The engine's log is only read while the run goes on, and bounded so that a job printing
-# without end cannot fill the engine's disk: 3 files of 10 MiB, rotated by the `local` driver.
-LOG_MAX_BYTES = 10 * 1024**2
-LOG_FILES = 3
-# Far above a shell's 1024 (builds and file watchers open many files), far below the engine's
-# default of about a million, which some programs walk one by one when they close fds.
-NOFILE_SOFT, NOFILE_HARD = 4096, 8192
-
-
-@dataclass(frozen=True, kw_only=True)
-class DockerSettings:
-    allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
-    # The next three come from dispatch.config.Settings (see dispatch.runners.docker.factory).
-    default_image: str | None = None  # for jobs that name no image
-    default_memory: str = "4g"  # for jobs run without the size gate
-    default_cpus: float = 2.0
-    user: str | None = None  # None: the folder's owner, or nobody (user.py); "" = image's USER
-    network: str | None = None  # None = the engine's default bridge
-    read_only: bool = True  # the opt-out is for images that must write outside /tmp and HOME
-    pids_limit: int = 512
-    log_max_bytes: int = LOG_MAX_BYTES  # per log file of the engine's `local` driver
-    workspace: str = "/work"  # where a local job's folder is mounted
-    output_drain_s: float = 5.0  # how long the output may trail the exit
-    engine_wait_s: float = 600.0  # how long a run waits for an engine gone mid-run to answer
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> DockerSettings:
-        """The docker-only DISPATCH_* variables, as dispatch.config.settings parsed them.
-
-        The engine's address is the client's (`resolve_host`: DOCKER_HOST); the image and the
-        default job size are laid over these by dispatch.runners.docker.factory.
-        """
-        s = settings_from_env(env)
-        return cls(
-            allowed_roots=s.allowed_roots,
-            user=s.container_user,  # set, even empty, it decides for every job
-            network=s.owned_network or s.container_network,
-            read_only=s.container_read_only,
-            pids_limit=s.container_pids_limit,
-            log_max_bytes=_log_max_bytes(s.container_log_size),
-        )
-
-
-def _log_max_bytes(size: int | None) -> int:
-    if size is None:
-        return LOG_MAX_BYTES
-    if size * LOG_FILES < OUTPUT_CAP_BYTES:  # a re-adopted run re-reads the log from its start
-        raise ConfigError(
-            f"DISPATCH_CONTAINER_LOG_SIZE={size}: the engine must keep at least the output "
-            f"cap ({OUTPUT_CAP_BYTES // 1024**2} MiB) in {LOG_FILES} files: use 3m or more"
-        )
-    return size
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What a job's container is made of, decided before the engine is asked anything."""
-
-    image: str
-    user: str  # "" = the image's own USER
-    source: str | None = None  # the resolved folder bound at the workspace
-    env: tuple[str, ...] = ()  # the egress proxy's variables, after the job's own (they win)
-
-
-def container_name(job_id: str) -> str:
-    return NAME_PREFIX + job_id
-
-
-def allowed_folder(folder: str | None, roots: tuple[str, ...]) -> str | None:
-    """The folder's real path when it is a directory under an allowed root, else None.
-
-    Both sides are resolved, so a symlink inside a root that points outside it is caught, and
-    the resolved path is what gets mounted (a symlink swapped later changes nothing).
-    """
-    if not folder or not os.path.isabs(folder):
-        return None
-    real = os.path.realpath(folder)
-    if not os.path.isdir(real):
-        return None
-    for root in roots:
-        real_root = os.path.realpath(root)
-        if os.path.commonpath([real, real_root]) == real_root:
-            return real
-    return None
-
-
-def labels(ctx: RunContext) -> dict[str, str]:
-    return {
-        LABEL_HOST: ctx.host,
-        LABEL_JOB: ctx.job.id,
-        LABEL_ATTEMPT: str(ctx.attempt),
-        LABEL_FENCE: ctx.fence,
-    }
-
-
-def host_config(job: Job, plan: Plan, s: DockerSettings) -> Json:
-    size = job.size
-    memory = parse_memory((size.memory if size else None) or s.default_memory)
-    cpus = (size.cpus if size else None) or s.default_cpus
-    config: Json = {
-        "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges"],
-        "PidsLimit": s.pids_limit,
-        "Memory": memory,
-        "MemorySwap": memory,  # no swap on top: over the limit means OOM, not a crawl
-        "NanoCpus": int(cpus * 1e9),
-        "ReadonlyRootfs": s.read_only,
-        "RestartPolicy": {"Name": "no"},
-        "AutoRemove": False,
-        "Init": True,  # a real PID 1: signals forwarded, orphans reaped
-        "Ulimits": [{"Name": "nofile", "Soft": NOFILE_SOFT, "Hard": NOFILE_HARD}],
-        "LogConfig": {
-            "Type": "local",
-            "Config": {"max-size": str(s.log_max_bytes), "max-file": str(LOG_FILES)},
-        },
-        "Tmpfs": _tmpfs(plan.user, s.read_only),
-    }
-    if plan.source is not None:
-        config["Mounts"] = [bind_mount(plan.source, s.workspace)]
-    if s.network:
-        config["NetworkMode"] = s.network
-    return config
-
-
-def _tmpfs(user: str, read_only: bool) -> dict[str, str]:
-    mounts = {"/tmp": TMPFS_OPTIONS} if read_only else {}
-    home = home_tmpfs(user)
-    if home is not None:
-        mounts[HOME_DIR] = home
-    return mounts
-
-
-def container_config(ctx: RunContext, plan: Plan, s: DockerSettings) -> Json:
-    job = ctx.job
-    job_env = ctx.env()
-    env = [f"{k}={v}" for k, v in job_env.items()] + list(plan.env)
-    if home_tmpfs(plan.user) is not None and "HOME" not in job_env:
-        env.insert(0, f"HOME={HOME_DIR}")
-    config: Json = {
-        "Image": plan.image,
-        "Labels": labels(ctx),
-        "Env": env,
-        "HostConfig": host_config(job, plan, s),
-    }
-    if job.command:
-        config["Cmd"] = list(job.command)
-    if plan.user:
-        config["User"] = plan.user
-    if plan.source is not None:
-        config["WorkingDir"] = s.workspace
-    return config
 
 
 @dataclass(frozen=True)

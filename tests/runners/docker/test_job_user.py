@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from dispatch.errors import ConfigError
 from dispatch.runners.base import classify
 from dispatch.runners.docker import NAME_PREFIX, ContainerNotFound, DockerRunner, DockerSettings
 from dispatch.runners.docker.user import (
@@ -200,26 +199,3 @@ def test_the_user_rule(tmp_path, owner, configured, user) -> None:
 def test_the_home_belongs_to_the_user(user, owned) -> None:
     options = home_tmpfs(user)
     assert (options and options.removeprefix(TMPFS_OPTIONS + ",")) == owned
-
-
-def test_the_settings_and_their_opt_outs() -> None:
-    unset = DockerSettings.from_env({})
-    assert (unset.user, unset.read_only, unset.log_max_bytes) == (None, True, 10 * 1024**2)
-    assert DockerSettings.from_env({"DISPATCH_CONTAINER_USER": ""}).user == ""  # set: it wins
-    assert DockerSettings.from_env({"DISPATCH_CONTAINER_READ_ONLY": "false"}).read_only is False
-    sized = DockerSettings.from_env({"DISPATCH_CONTAINER_LOG_SIZE": "20m"})
-    assert sized.log_max_bytes == 20 * 1024**2
-
-
-@pytest.mark.parametrize(
-    ("key", "raw", "message"),
-    [
-        ("DISPATCH_CONTAINER_READ_ONLY", "maybe", "is not one of 1 true yes on"),
-        ("DISPATCH_CONTAINER_LOG_SIZE", "lots", "is not a size like 512m, 4g"),
-        ("DISPATCH_CONTAINER_LOG_SIZE", "1m", "use 3m or more"),
-    ],
-)
-def test_a_bad_setting_is_one_line(key, raw, message) -> None:
-    with pytest.raises(ConfigError, match=message) as caught:
-        DockerSettings.from_env({key: raw})
-    assert str(caught.value).startswith(f"{key}={raw!r}: ") and "\n" not in str(caught.value)
