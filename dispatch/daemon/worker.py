@@ -1,7 +1,8 @@
 """The worker: one asyncio loop that claims, runs and finishes jobs from this host's queues.
 
 It is assembled from small parts, each testable alone with the injected clock:
-  `lane.Lane`              per queue: claim (pump, marker watcher) and finish (flusher);
+  `lane.Lane`              per queue: claim (pump, marker watcher), and its finishes
+                           (`flights.Flights`: the flusher and the flights it sends);
   `lock_keeper.LockKeeper` renews every claim, delivers cancel requests, and stops a run
                            before its claim can lapse;
   `upkeep.Upkeep`          stall sweeps per queue, the heartbeat, output pruning;
@@ -179,7 +180,7 @@ class Worker:
             loops += [
                 supervised(f"pump:{name}", lane.pump, life),
                 supervised(f"watch:{name}", lane.watch, life),
-                supervised(f"flush:{name}", lane.flusher, life),
+                supervised(f"flush:{name}", lane.flights.flusher, life),
                 every(
                     f"sweep:{name}", self.s.sweep_s, partial(self._sweep, lane), life, at_start=True
                 ),
@@ -200,7 +201,7 @@ class Worker:
         self.life.close()
         self.capacity.room.set()
         for lane in self.lanes.values():
-            lane.flush_now.set()
+            lane.flights.flush_now.set()
             lane.wake.set()
             with contextlib.suppress(RedisError, OSError):
                 await lane.queue.wake()  # returns our own watcher from BZPOPMIN at once
@@ -237,11 +238,12 @@ class Worker:
     async def _flush_all(self) -> None:
         deadline = self.clock.monotonic() + FLUSH_AT_SHUTDOWN_S
         for lane in self.lanes.values():
-            await lane.landed(FLUSH_AT_SHUTDOWN_S)
-            while lane.pending and self.clock.monotonic() < deadline:
-                await lane.flush()
-            if lane.pending:  # their locks lapse and the sweeper puts them back
-                event("finish_abandoned", queue=lane.name, jobs=len(lane.pending))
+            flights = lane.flights
+            await flights.landed(FLUSH_AT_SHUTDOWN_S)
+            while flights.pending and self.clock.monotonic() < deadline:
+                await flights.flush()
+            if flights.pending:  # their locks lapse and the sweeper puts them back
+                event("finish_abandoned", queue=lane.name, jobs=len(flights.pending))
 
     def held(self) -> set[tuple[str, str]]:
         """(job id, lock token) of every claim this process runs now."""
@@ -301,7 +303,6 @@ class Worker:
             ending.cancelled,
         )
         local_copy = None if ending.logged or not run_json else run_json  # on disk once
-        lane = self.lanes[claim.queue]
-        if ending.waited and ending.action == "finish":
-            lane.waited.add(claim.id)
-        lane.end(finish, local_copy)  # its slot goes with the ending, to the next claim
+        waited = ending.waited and ending.action == "finish"
+        # its slot goes with the ending, to the next claim
+        self.lanes[claim.queue].end(finish, local_copy, waited=waited)

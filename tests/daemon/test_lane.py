@@ -68,8 +68,8 @@ async def test_a_refused_finish_is_dropped_not_retried(
     (claim,) = (await lane.queue.claim(1, "h1", 60_000)).claims
     lane.capacity.adjust(-1)  # the slot its claim holds, as the lane's own claims take one
     lane.end(Finish("finish", claim.id, claim.token, b"not json"), None)
-    await lane.flush()
-    assert lane.pending == []
+    await lane.flights.flush()
+    assert lane.flights.pending == []
     assert lane.capacity.free == 2
     assert await lane.queue.claims() == [(claim.id, claim.token)]  # its lock lapses, then a sweep
     assert await redis.lrange(lane.queue.keys.wait, 0, -1) == [b"b"]
@@ -90,7 +90,7 @@ async def test_a_finish_refused_after_a_sweep_keeps_its_runs_outcome(
     stopped = b'{"id":"b","attempt":1,"outcome":"infra"}'
     lane.end(Finish("finish", "a", a.token, b"{}", run_id="a#1", run=ran), None)
     lane.end(Finish("defer", "b", b.token, b"{}", 1000, run_id="b#1", run=stopped), None)
-    await lane.flush()
+    await lane.flights.flush()
     assert await redis.hget(lane.queue.keys.runs, "a#1") == ran
     assert await redis.hget(lane.queue.keys.runs, "b#1") is None
 
@@ -106,8 +106,8 @@ async def test_an_outcome_blocked_by_a_fresh_claim_is_kept_once_that_claim_defer
     await redis.hset(lane.queue.keys.lock, "a", "h2:99")  # swept, then taken by another host
     ran = b'{"id":"a","attempt":1,"outcome":"completed"}'
     lane.end(Finish("finish", "a", a.token, b"{}", run_id="a#1", run=ran), None)
-    await lane.flush()
-    assert await redis.hget(lane.queue.keys.runs, "a#1") is None and lane.keeping
+    await lane.flights.flush()
+    assert await redis.hget(lane.queue.keys.runs, "a#1") is None and lane.flights.keeping
     await redis.hdel(lane.queue.keys.lock, "a")  # the other host's pickup deferred
     assert await eventually(lambda: redis.hget(lane.queue.keys.runs, "a#1"), timeout=5) == ran
 
@@ -125,7 +125,7 @@ async def test_an_ending_keeps_its_slot_until_its_flush_hands_it_to_the_next_cla
     (a,) = started
     lane.end(Finish("finish", "a", a.token, b"{}"), None)
     assert lane.capacity.free == 0 and not lane.capacity.room.is_set()
-    await lane.flush()
+    await lane.flights.flush()
     assert [c.id for c in started] == ["a", "b"]
     assert lane.capacity.free == 0
     assert await redis.hget(lane.queue.keys.result, "a") == b"{}"
@@ -150,16 +150,16 @@ async def test_two_cohorts_that_ended_together_leave_as_two_flights(
     assert len(first) == 64 and lane.capacity.free == 0
     for claim in first:
         lane.end(Finish("finish", claim.id, claim.token, b"{}"), None)
-    flusher = asyncio.create_task(lane.flusher())
+    flusher = asyncio.create_task(lane.flights.flusher())
     try:
         await eventually(lambda: _is(len(started) == 128 and not lane.flights))
     finally:
         lane.life.close()
-        lane.flush_now.set()
+        lane.flights.flush_now.set()
         await asyncio.wait_for(flusher, 5)
     assert queue.calls == [(32, 32), (32, 32)]
     assert await redis.hlen(lane.queue.keys.result) == 64
-    assert lane.capacity.free == 0 and lane.pending == []
+    assert lane.capacity.free == 0 and lane.flights.pending == []
 
 
 async def _is(value: bool) -> bool:
@@ -204,7 +204,7 @@ async def test_a_cohort_that_lands_as_the_other_begins_waits_for_the_others_flig
     assert len(first) == 32 and len(waiting) == 32
     for claim in first:
         lane.end(Finish("finish", claim.id, claim.token, b"{}"), None)
-    await lane.flush()
+    await lane.flights.flush()
     assert started[32:] == waiting  # begun by the flight of the first cohort's endings
     assert len(lane.held) == 32  # what that flight claimed waits in turn for the next one
     assert lane.capacity.free == 0

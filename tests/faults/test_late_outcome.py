@@ -53,6 +53,6 @@ async def test_an_outcome_that_cannot_be_kept_is_logged_and_the_lane_goes_on(
     refused = Finish("finish", "a", a.token, b"{}", run_id="a#1", run=run)
     with proxy.fault("error", ERROR_REPLIES["READONLY"]):
         await answering_errors(proxied)
-        await lane._keep_outcomes([refused], None)
-    assert events("refused_outcome_not_kept") and not lane.keeping
+        await lane.flights._keep_outcomes([refused], None)
+    assert events("refused_outcome_not_kept") and not lane.flights.keeping
     assert await redis.hget(queue.keys.runs, "a#1") is None
