@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need when it is missing (a venv with the
 # project and its test extra, python3-venv for it, Debian's redis-server and git, the Docker
-# engine and the local test image), then lints, type-checks and runs the whole suite. Extra
-# arguments go to pytest.
+# engine and the local test image), then lints, type-checks, builds the docs site and runs
+# the whole suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -11,7 +11,7 @@ command -v redis-server >/dev/null || apt_install redis-server
 command -v git >/dev/null || apt_install git  # the dirty-tree gate asks git
 
 [ -x .venv/bin/pip ] || make_venv
-if ! .venv/bin/python -c "import dispatch, pytest, hypothesis" 2>/dev/null \
+if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, mkdocs, material" 2>/dev/null \
     || [ pyproject.toml -nt .venv/.installed ]; then
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -e '.[test]'
@@ -23,4 +23,11 @@ bash scripts/docker-up.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# The docs site, built where it leaves nothing in the tree: a broken link or anchor, or a page
+# left out of the nav, fails it (mkdocs.yml). Not --quiet: that hides the warnings --strict
+# counts. Its output is shown only when it fails.
+site=$(mktemp -d)
+docs_out=$(NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" 2>&1) \
+    || { echo "$docs_out" >&2; exit 1; }
+rm -rf "$site"
 exec .venv/bin/pytest "$@"
