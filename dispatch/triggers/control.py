@@ -13,8 +13,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.config.settings import Settings
-from dispatch.config.watcher import load_once
 from dispatch.model import iso
 from dispatch.triggers.agreement import Agreement, agreement
 from dispatch.triggers.minter import MANUAL
@@ -22,10 +22,12 @@ from dispatch.triggers.spec import Compiled, dedup_of, fingerprint, manual_id
 from dispatch.triggers.store import Minted, TriggerState, TriggerStore
 
 
-async def fleet_words(redis: Redis, settings: Settings) -> list[tuple[bool, bool, str]]:
+async def fleet_words(
+    redis: Redis, settings: Settings, snapshot: ConfigSnapshot
+) -> list[tuple[bool, bool, str]]:
     """The doctor's lines: (ok, warning, words) for the agreement, and one per stalled trigger;
-    none on a host without triggers whose fleet agrees."""
-    snapshot = load_once(settings.config_dir)
+    none on a host without triggers whose fleet agrees. `snapshot` is this host's config, as
+    the caller read it."""
     if "triggers.json" in snapshot.errors:
         return []
     mine = fingerprint(snapshot.triggers)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.cli.doctor import profile_checks, render
+from dispatch.cli.doctor.checks import profile_checks, render
 from dispatch.cli.waits import by_reason, conditions, when, why_line
 from dispatch.client import JobView
 from dispatch.errors import InvalidJob

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.cli.doctor import config_checks
+from dispatch.cli.doctor.checks import config_checks
 from dispatch.config.schemas import FILES, ConfigSnapshot
 from dispatch.config.watcher import load_once
 from tests.support.daemons import cli_env, dispatch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatch.cli.doctor import secret_checks
+from dispatch.cli.doctor.checks import secret_checks
 from dispatch.config.schemas import SecretProfile
 
 

@@ -19,7 +19,7 @@ import secrets
 import socket
 from urllib.parse import urlsplit
 
-from dispatch.cli.doctor import Check
+from dispatch.cli.doctor.checks import Check
 from dispatch.config.settings import Settings
 from dispatch.egress import firewall
 from dispatch.egress.errors import EgressDown

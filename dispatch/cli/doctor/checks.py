@@ -1,25 +1,6 @@
-"""`dispatch doctor`: is this host fit to run the daemon? One line per check.
-
-    redis            reachable (the URL's host and port only: never its password)
-    redis-version    Redis >= 7.0 or Valkey >= 7.2 (the scripts need `#!lua` and its flags)
-    maxmemory-policy anything but `noeviction` is a warning: the server could evict queue keys
-    scripts          every Lua script loads; names the folder they came from (wheel or checkout)
-    docker           the engine answers; its version and the API version we negotiated
-    image            the default job image is present (jobs never pull)
-    config           every watched config file is valid and of this release's version
-                     (missing files are fine); one line per broken or newer file
-    wait-profile     each declared wait profile's command exists and is executable
-    spend-caps       warnings only: a scoped-limits row no job can match, a dollar window
-                     smaller than the default per-job cap, dollar caps without maxCostUsd
-    job-network ...  the job network, its proxy and firewall, Redis out of a job's reach
-                     (doctor_egress.py)
-    secret           one line per profile of secrets.json: its command is an executable on
-                     the resolver's PATH, or its file is private to this user (chmod 600,
-                     owned by whoever runs the doctor: run it as the daemon's user) and JSON
-    triggers         this host's trigger fingerprint against every live daemon's: a daemon
-                     whose fingerprint differs from a peer's mints nothing (a failure); a
-                     trigger the stall guard disabled is a warning; no line for a host
-                     without triggers that agrees with its peers
+"""The doctor's host checks: Redis, its scripts, the engine and the image, the config files,
+the wait profiles, the secret profiles and the trigger agreement (the list is in
+dispatch/cli/doctor/__init__.py). `Check` is one line of the report.
 
 A check that cannot run because an earlier one failed is left out rather than reported as
 failed twice. A warning does not fail the doctor; `failed(checks)` says whether any check did.
@@ -28,12 +9,10 @@ The engine is found the usual way (`DOCKER_HOST`, else the standard socket).
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -196,28 +175,14 @@ async def run_checks(redis_url: str, docker_host: str | None, image: str | None)
 
 
 async def trigger_checks(settings: Settings) -> list[Check]:
+    from dispatch.config.watcher import load_once
     from dispatch.triggers.control import fleet_words
 
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
     try:
-        found = await fleet_words(redis, settings)
+        found = await fleet_words(redis, settings, load_once(settings.config_dir))
     except (RedisError, OSError, ConfigError):
         return []  # the redis or config line already says why
     finally:
         await redis.aclose()
     return [Check("triggers", ok, words, warn) for ok, warn, words in found]
-
-
-def report(settings: Settings, out: TextIO | None = None) -> int:
-    """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
-    from dispatch.cli.doctor_egress import egress_checks  # it builds on Check, defined here
-
-    checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
-    checks += config_checks(settings.config_dir)
-    checks += profile_checks(settings.config_dir)
-    if not failed(checks):  # a throwaway container needs the engine and the image
-        checks += asyncio.run(egress_checks(settings))
-    checks += asyncio.run(trigger_checks(settings))
-    for check in checks:
-        print(render(check), file=out or sys.stdout)
-    return 1 if failed(checks) else 0
