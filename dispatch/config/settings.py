@@ -30,8 +30,8 @@ from dispatch.config.units import (
 from dispatch.config.units import parse_duration_ms as parse_duration_ms  # re-exported
 from dispatch.config.units import parse_memory as parse_memory  # re-exported
 from dispatch.errors import ConfigError
-from dispatch.queue.keys import DEFAULT_PREFIX
 
+DEFAULT_PREFIX = "dispatch"  # of every Redis key (DISPATCH_PREFIX); dispatch.queue.keys spells them
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 

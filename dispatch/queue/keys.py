@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_PREFIX = "dispatch"
+# the default prefix is a setting's default, so it is declared beside the settings (the kernel)
+from dispatch.config.settings import DEFAULT_PREFIX as DEFAULT_PREFIX  # re-exported
 
 
 @dataclass(frozen=True, slots=True)
