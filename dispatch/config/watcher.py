@@ -12,6 +12,11 @@ two same-size writes within one second are both noticed. Each file then ends up:
     broken   bad JSON, wrong shape, failed validation, unreadable: the reason goes in
              `snapshot.errors`, the last good copy (or the empty one) is kept
 
+The files are one table, `WATCHED`: a row names a file, its shape, how it is checked beyond the
+types, what a broken copy does besides keeping the last good one, and the snapshot field that
+shows it. Adding a file is its shape in `dispatch.config.schemas` (with its `FILES` entry and
+`ConfigSnapshot` field) and one row here.
+
 A new `ConfigSnapshot` is built only when some file's outcome changed; otherwise `current()`
 hands back the very same object. `load_once` reads everything once (CLI, doctor) and `scaffold`
 writes the missing files empty and valid (`dispatch init`).
@@ -27,7 +32,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -76,15 +81,13 @@ class _Newer(Exception):
 
 
 _peek = msgspec.json.Decoder(_Version)
-_decoders = {name: msgspec.json.Decoder(shape) for name, shape in FILES.items()}
-_EMPTY = {name: _decoders[name].decode(b'{"version": 1}') for name in FILES}
 
 
 # -- one file: read, decode, validate -----------------------------------------------------
 
 
-def _parse(name: str, raw: bytes) -> Any:
-    """The content of config file `name`; raises ConfigError (broken) or _Newer."""
+def _parse(watched: Watched, raw: bytes) -> Any:
+    """The content of a copy of the file; raises ConfigError (broken) or _Newer."""
     try:
         version = _peek.decode(raw).version
     except msgspec.DecodeError as exc:
@@ -94,10 +97,10 @@ def _parse(name: str, raw: bytes) -> Any:
     if version > CONFIG_VERSION:
         raise _Newer(version)
     try:
-        content = _decoders[name].decode(raw)
+        content = _decoders[watched.name].decode(raw)
     except msgspec.DecodeError as exc:
         raise ConfigError(_one_line(exc)) from None
-    problems = _VALIDATORS.get(name, _no_problems)(content)
+    problems = watched.check(content)
     if problems:
         raise ConfigError(problems[0])
     return content
@@ -144,10 +147,6 @@ def _one_line(exc: Exception) -> str:
 # -- validation beyond the types ----------------------------------------------------------
 
 
-def _no_problems(content: Any) -> list[str]:
-    return []
-
-
 def _is_repo(text: str) -> bool:
     return bool(_REPO.fullmatch(text))
 
@@ -156,21 +155,12 @@ def _is_folder(text: str) -> bool:
     return os.path.isabs(text) and "\0" not in text
 
 
-def _memory_problem(where: str, text: str | None) -> list[str]:
-    if text is None:
+def _value_problem(where: str, value: T | None, parse: Callable[[T], object]) -> list[str]:
+    """`parse`'s complaint about a value given (a memory size, a CPU count), if any."""
+    if value is None:
         return []
     try:
-        parse_memory(text)
-    except ValueError as exc:
-        return [f"{where}: {exc}"]
-    return []
-
-
-def _cpus_problem(where: str, cpus: float | None) -> list[str]:
-    if cpus is None:
-        return []
-    try:
-        check_cpus(cpus)
+        parse(value)
     except ValueError as exc:
         return [f"{where}: {exc}"]
     return []
@@ -195,7 +185,8 @@ def _check_projects(content: ProjectsFile) -> list[str]:
             problems.append(f"{at}: hostShare must be above 0 and at most 1")
         if p.concurrent is not None and p.concurrent < 0:
             problems.append(f"{at}: concurrent must be 0 or more")
-        problems += _memory_problem(at, p.memory) + _cpus_problem(at, p.cpus)
+        problems += _value_problem(at, p.memory, parse_memory)
+        problems += _value_problem(at, p.cpus, check_cpus)
     return problems
 
 
@@ -278,23 +269,61 @@ def _check_secrets(content: SecretsFile) -> list[str]:
 def _check_settings(content: SettingsFile) -> list[str]:
     overlay = content.settings
     return (
-        _memory_problem("settings", overlay.job_memory)
-        + _cpus_problem("settings", overlay.job_cpus)
+        _value_problem("settings", overlay.job_memory, parse_memory)
+        + _value_problem("settings", overlay.job_cpus, check_cpus)
         + overlay_problems(overlay)
     )
 
 
-_VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
-    "projects.json": _check_projects,
-    "scoped-limits.json": _check_limits,
-    "model-endpoints.json": _check_endpoints,
-    "pause-windows.json": _check_windows,
-    "wait-profiles.json": _check_profiles,
-    "settings.json": _check_settings,
-    "egress.json": _check_egress,
-    "secrets.json": _check_secrets,
-    "triggers.json": _check_triggers,
-}
+# -- the table of files -------------------------------------------------------------------
+
+# What a broken copy does. Always: the last good copy (or the empty one) serves on, and the
+# reason is in `snapshot.errors`. REFUSE also puts it in the snapshot's `<shown>_error`, and
+# every job is refused while it stands: settings the daemon cannot read are not guessed at.
+Broken = Literal["keep", "refuse"]
+KEEP: Broken = "keep"
+REFUSE: Broken = "refuse"
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One watched file of the config dir."""
+
+    name: str
+    shape: type[msgspec.Struct]
+    check: Callable[[Any], list[str]]  # problems beyond the types; the first one is reported
+    broken: Broken
+    shown: str  # the ConfigSnapshot field showing its last good content
+    source: str = ""  # the content's field shown there, when not named as `shown`
+
+    def part(self, content: Any) -> object:
+        """The snapshot's value for `shown`: the content's lists as tuples, dicts copied."""
+        value = getattr(content, self.source or self.shown)
+        if isinstance(value, list):
+            return tuple(value)
+        if isinstance(value, dict):
+            return dict(value)
+        return value
+
+
+# In the order of schemas.FILES: `dispatch init` writes them so, and `snapshot.newer` lists so.
+WATCHED: tuple[Watched, ...] = (
+    # file, shape, checked by, what a broken copy does, shown as (from the content's field)
+    Watched("settings.json", SettingsFile, _check_settings, REFUSE, "overlay", "settings"),
+    Watched("scoped-limits.json", ScopedLimitsFile, _check_limits, KEEP, "limits"),
+    Watched("pause-windows.json", PauseWindowsFile, _check_windows, KEEP, "windows"),
+    Watched("projects.json", ProjectsFile, _check_projects, KEEP, "projects"),
+    Watched("model-endpoints.json", EndpointsFile, _check_endpoints, KEEP, "endpoints"),
+    Watched("wait-profiles.json", WaitProfilesFile, _check_profiles, KEEP, "profiles"),
+    Watched("triggers.json", TriggersFile, _check_triggers, KEEP, "triggers"),
+    Watched("egress.json", EgressFile, _check_egress, KEEP, "egress", "hosts"),
+    Watched("secrets.json", SecretsFile, _check_secrets, KEEP, "secrets", "profiles"),
+)
+if [(w.name, w.shape) for w in WATCHED] != list(FILES.items()):
+    raise ImportError("dispatch.config.watcher: WATCHED and schemas.FILES name other files")
+
+_decoders = {w.name: msgspec.json.Decoder(w.shape) for w in WATCHED}
+_EMPTY = {w.name: _decoders[w.name].decode(b'{"version": 1}') for w in WATCHED}
 
 
 # -- the watcher --------------------------------------------------------------------------
@@ -304,18 +333,22 @@ _VALIDATORS: dict[str, Callable[[Any], list[str]]] = {
 class _File:
     """What the watcher knows of one file between looks."""
 
-    name: str
+    watched: Watched
     good: Any  # last good content (the empty one until a good read)
     stamp: Stamp | None = None  # None: never looked, or stat failed
     newer: bool = False
     error: str | None = None
     looked: bool = False
 
+    @property
+    def name(self) -> str:
+        return self.watched.name
+
     def settle(self, path: Path, log: LogEvent) -> bool:
         """Read the file again; True when its outcome changed (the snapshot must be rebuilt)."""
         try:
             raw = _read(path)
-            content = _EMPTY[self.name] if raw is None else _parse(self.name, raw)
+            content = _EMPTY[self.name] if raw is None else _parse(self.watched, raw)
         except _Newer as exc:
             return self._hold(exc.version, log)
         except ConfigError as exc:
@@ -356,7 +389,7 @@ class ConfigFiles:
         self._clock = clock
         self._every_s = check_every_s
         self._log = log
-        self._files = [_File(name, _EMPTY[name]) for name in FILES]
+        self._files = [_File(w, _EMPTY[w.name]) for w in WATCHED]
         self._next_look = -math.inf
         self._snapshot = ConfigSnapshot()
 
@@ -380,28 +413,17 @@ class ConfigFiles:
         return changed
 
 
-def _content(files: dict[str, Any], name: str, shape: type[T]) -> T:
-    value = files[name]
-    assert isinstance(value, shape)
-    return value
-
-
 def _build(files: list[_File]) -> ConfigSnapshot:
-    good = {f.name: f.good for f in files}
-    errors = {f.name: f.error for f in files if f.error is not None}
+    fields: dict[str, Any] = {}
+    for f in files:
+        assert isinstance(f.good, f.watched.shape)
+        fields[f.watched.shown] = f.watched.part(f.good)
+        if f.watched.broken == REFUSE:
+            fields[f"{f.watched.shown}_error"] = f.error
     return ConfigSnapshot(
-        projects=tuple(_content(good, "projects.json", ProjectsFile).projects),
-        limits=tuple(_content(good, "scoped-limits.json", ScopedLimitsFile).limits),
-        windows=tuple(_content(good, "pause-windows.json", PauseWindowsFile).windows),
-        endpoints=tuple(_content(good, "model-endpoints.json", EndpointsFile).endpoints),
-        overlay=_content(good, "settings.json", SettingsFile).settings,
-        profiles=dict(_content(good, "wait-profiles.json", WaitProfilesFile).profiles),
-        egress=tuple(_content(good, "egress.json", EgressFile).hosts),
-        secrets=dict(_content(good, "secrets.json", SecretsFile).profiles),
-        triggers=tuple(_content(good, "triggers.json", TriggersFile).triggers),
-        overlay_error=errors.get("settings.json"),
+        **fields,
         newer=tuple(f.name for f in files if f.newer),
-        errors=errors,
+        errors={f.name: f.error for f in files if f.error is not None},
     )
 
 
@@ -421,10 +443,10 @@ def scaffold(config_dir: Path) -> list[Path]:
     """Write each missing file empty and valid; never touch one that exists. The files written."""
     config_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, shape in FILES.items():
-        path = config_dir / name
+    for w in WATCHED:
+        path = config_dir / w.name
         if not os.path.lexists(path):
-            _write_atomic(path, _empty_document(shape))
+            _write_atomic(path, _empty_document(w.shape))
             written.append(path)
     return written
 
