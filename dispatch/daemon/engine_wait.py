@@ -34,9 +34,9 @@ from dispatch.log import event
 from dispatch.model import DeferRecord
 from dispatch.queue.keys import queue_keys
 from dispatch.queue.transitions import Claim
-from dispatch.reasons import ENGINE_UNAVAILABLE
+from dispatch.reasons import ENGINE_UNAVAILABLE, max_delay_ms
 
-ENGINE_DELAY_CAP_MS = 60_000
+ENGINE_DELAY_CAP_MS = max_delay_ms(ENGINE_UNAVAILABLE)
 
 _record = msgspec.json.Decoder(DeferRecord)
 

@@ -83,6 +83,7 @@ from dispatch.reasons import (
     RETRY,
     SHUTDOWN,
     Outcome,
+    delay_ms,
 )
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.disk_log import encode as encode_record
@@ -99,13 +100,11 @@ from dispatch.secrets.around_run import run_with_secrets
 from dispatch.spend.charge import Charge, charge
 from dispatch.spend.usage_report import NO_REPORT, UsageDirs
 
-SHUTDOWN_DELAY_MS = 1_000
-LEASE_LOST_DELAY_MS = 1_500
-
 # Aborts that are faults, not the job's doing: the claim is handed back as a defer (no attempt
-# spent), due after this long. Its record stays in the local log; the finish, fenced, mirrors
-# it only if the claim still holds, so a stale run's report is never recorded fleet-wide.
-HAND_BACK = {SHUTDOWN: SHUTDOWN_DELAY_MS, LOCK_LOST: 0, LEASE_LOST: LEASE_LOST_DELAY_MS}
+# spent), due after the delay declared with the reason (reasons.py). Its record stays in the
+# local log; the finish, fenced, mirrors it only if the claim still holds, so a stale run's
+# report is never recorded fleet-wide.
+HAND_BACK = {reason: delay_ms(reason) for reason in (SHUTDOWN, LOCK_LOST, LEASE_LOST)}
 # what a gate's call to Redis can raise: ours (translated at the boundary) and redis-py's own
 _REDIS_FAULTS = (RedisUnavailable, RedisError)
 

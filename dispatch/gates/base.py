@@ -10,7 +10,7 @@ pushes how to give it back onto `pickup.holds`; the processor gives every hold b
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -20,24 +20,38 @@ from dispatch.fleet.leases import Lease
 from dispatch.log import event
 from dispatch.model import Job, RunRecord
 from dispatch.queue.transitions import Claim
+from dispatch.reasons import (
+    EGRESS_UNAVAILABLE,
+    ENDPOINT,
+    ENGINE_UNAVAILABLE,
+    HOST_BUDGET,
+    HOST_SLOT,
+    NEWER_RELEASE,
+    REDIS_UNAVAILABLE,
+    SCOPE_FOLDER,
+    SIZE_NEVER_FITS,
+    WAIT_SUPERSEDE,
+    WAIT_THROTTLED,
+    delay_ms,
+    max_delay_ms,
+)
 from dispatch.runners.base import AbortSignal
 from dispatch.spend.ledger import Reservation
 
-# Re-check delays, distinct per reason so a waiting job's reason can be told from its due time.
-SCOPE_DELAY_MS = 5_000
-ENDPOINT_DELAY_MS = 7_000
-HOST_SLOT_DELAY_MS = 3_000
-HOST_BUDGET_DELAY_MS = 30_000
-NEVER_FITS_DELAY_MS = 60_000
-NEWER_RELEASE_DELAY_MS = 10 * 60_000
-WAIT_THROTTLE_DELAY_MS = 11_000  # the floor of a wait-throttled (and wait-aborted) re-check
-WAIT_SUPERSEDE_DELAY_MS = 15_000  # a sibling's liveness could not be read: ask again
-EGRESS_DELAY_MS = 4_000  # the egress guard looks again every 5 s
-ENGINE_DELAY_MS = 2_000  # the first re-check of a job held engine-unavailable (it backs off)
-# A Redis fault in a gate: 2 s, doubling with each faulted pickup in a row, at most 16 s (none of
-# 2, 4, 8, 16 is another reason's delay). Short: Redis is usually back within seconds.
-REDIS_FAULT_DELAY_MS = 2_000
-REDIS_FAULT_MAX_DELAY_MS = 16_000
+# Re-check delays, each declared with its reason in dispatch/reasons.py (distinct per gate, so a
+# waiting job's reason can be told from its due time), under the names the gates use.
+SCOPE_DELAY_MS: Final = delay_ms(SCOPE_FOLDER)  # every reason of the scope gate
+ENDPOINT_DELAY_MS: Final = delay_ms(ENDPOINT)
+HOST_SLOT_DELAY_MS: Final = delay_ms(HOST_SLOT)
+HOST_BUDGET_DELAY_MS: Final = delay_ms(HOST_BUDGET)
+NEVER_FITS_DELAY_MS: Final = delay_ms(SIZE_NEVER_FITS)
+NEWER_RELEASE_DELAY_MS: Final = delay_ms(NEWER_RELEASE)
+WAIT_THROTTLE_DELAY_MS: Final = delay_ms(WAIT_THROTTLED)  # its floor, and wait-aborted's delay
+WAIT_SUPERSEDE_DELAY_MS: Final = delay_ms(WAIT_SUPERSEDE)
+EGRESS_DELAY_MS: Final = delay_ms(EGRESS_UNAVAILABLE)
+ENGINE_DELAY_MS: Final = delay_ms(ENGINE_UNAVAILABLE)  # the first; it backs off (engine_wait.py)
+REDIS_FAULT_DELAY_MS: Final = delay_ms(REDIS_UNAVAILABLE)  # doubling while pickups meet faults
+REDIS_FAULT_MAX_DELAY_MS: Final = max_delay_ms(REDIS_UNAVAILABLE)
 
 
 def redis_fault_delay_ms(in_a_row: int) -> int:

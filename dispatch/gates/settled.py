@@ -30,10 +30,18 @@ from __future__ import annotations
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Settled
 from dispatch.log import event
 from dispatch.model import RunRecord
-from dispatch.reasons import COMPLETED, INFRA, JOB_REFUSED, OUTCOME_WAIT, POLICY, exit_code
+from dispatch.reasons import (
+    COMPLETED,
+    INFRA,
+    JOB_REFUSED,
+    OUTCOME_WAIT,
+    POLICY,
+    delay_ms,
+    exit_code,
+)
 from dispatch.records.mirror import RunMirror
 
-OUTCOME_WAIT_MS = 3_000  # past the lane's finish retries (0.5 s) and a keep's first retry (1 s)
+OUTCOME_WAIT_MS = delay_ms(OUTCOME_WAIT)  # declared with the reason, in dispatch/reasons.py
 
 
 class SettledGate:
