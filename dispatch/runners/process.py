@@ -11,13 +11,11 @@ code, or the signal that killed it); the processor decides what that means
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import os
 import signal
-from functools import partial
 
 from dispatch.clock import Clock, SystemClock
+from dispatch.host.commands import JOB, die_with_parent, kill_group, spawn
 from dispatch.reasons import (
     ABORTED_BEFORE_START,
     COMMAND_NOT_FOUND,
@@ -36,23 +34,14 @@ from dispatch.runners.base import (
 )
 from dispatch.runners.output import OutputFile
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int) -> None:
-    """In the child, before exec: SIGKILL when the daemon `parent` dies. The signal is armed
-    only from here on, so a daemon that died since the fork is caught by the check after."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # already an orphan: no run may outlive its daemon
-        os.kill(os.getpid(), signal.SIGKILL)
+_die_with_parent = die_with_parent  # the hook lives in dispatch.host now; its tests look here
 
 
 class ProcessRunner(Runner):
     def __init__(
         self, base_env: dict[str, str] | None = None, *, clock: Clock | None = None
     ) -> None:
-        self.base_env = base_env if base_env is not None else {"PATH": os.environ.get("PATH", "")}
+        self.base_env = base_env if base_env is not None else JOB.inherited()
         self.clock: Clock = clock or SystemClock()
 
     async def run(self, ctx: RunContext) -> RunResult:
@@ -62,15 +51,11 @@ class ProcessRunner(Runner):
         if not ctx.may_start():  # the spawn below forks before its first await
             return RunResult(started=False, error=ABORTED_BEFORE_START)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *job.command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env={**self.base_env, **ctx.env(), **_usage_env(ctx)},
+            proc = await spawn(
+                job.command,
+                JOB,
+                {**self.base_env, **ctx.env(), **_usage_env(ctx)},
                 cwd=job.folder if job.kind == "local" else None,
-                start_new_session=True,
-                preexec_fn=partial(_die_with_parent, os.getpid()),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)
@@ -114,10 +99,10 @@ async def _wait_or_abort(
     if waiter.done() or _exited(proc.pid):  # it ended on its own before the abort came
         await waiter
         return None, False
-    _signal_group(proc.pid, signal.SIGTERM)
+    kill_group(proc.pid, signal.SIGTERM)
     if await within_grace(ctx, waiter):
         return None, True
-    _signal_group(proc.pid, signal.SIGKILL)
+    kill_group(proc.pid, signal.SIGKILL)
     await waiter
     return STOP_TIMEOUT, True
 
@@ -135,11 +120,6 @@ def _exited(pid: int) -> bool:
 def _usage_env(ctx: RunContext) -> dict[str, str]:
     """Where the job may report its spend; the job's own env cannot move it."""
     return {} if ctx.usage_file is None else {USAGE_ENV: str(ctx.usage_file)}
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 def _signal_name(returncode: int | None) -> str | None:

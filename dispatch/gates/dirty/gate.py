@@ -32,7 +32,6 @@ fleet-wide.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import posixpath
 import re
@@ -54,6 +53,8 @@ from dispatch.gates.dirty.layout import (
     head_of,
 )
 from dispatch.gates.dirty.shadow import Shadow, build_shadow
+from dispatch.host.commands import GIT, reap, spawn
+from dispatch.host.text import reply_lines
 from dispatch.reasons import DIRTY_TREE
 
 _T = TypeVar("_T")
@@ -186,14 +187,7 @@ class DirtyTreeGate:
         """git's output; with `quiet`, b"changed" for exit 1. _CannotTell when git fails."""
         argv = [self._git, "--no-pager", *_pinned_flags(), *args]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=shadow.layout.top,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=shadow.env(),
-            )
+            proc = await spawn(argv, GIT, shadow.env(), cwd=shadow.layout.top)
         except FileNotFoundError:
             raise _CannotTell("git is not installed") from None
         except OSError as exc:
@@ -215,10 +209,7 @@ class DirtyTreeGate:
         except TimeoutError:
             raise _CannotTell(f"git {command} took longer than {self._timeout_s:g} s") from None
         finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+            await reap(proc, GIT)
 
 
 def _pinned_flags() -> list[str]:
@@ -229,7 +220,7 @@ def _pinned_flags() -> list[str]:
 
 def _first_line(err: bytes) -> str:
     """git's own verdict ("fatal: ..."), not a warning printed before it."""
-    lines = [line.strip() for line in err.decode(errors="replace").splitlines() if line.strip()]
+    lines = list(reply_lines(err))
     verdict = next((line for line in lines if line.startswith(("fatal", "error"))), None)
     return _redact(verdict or (lines[0] if lines else "no message"))
 

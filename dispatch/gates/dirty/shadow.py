@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatch.gates.dirty.layout import LARGE, SMALL, Layout, Unreadable, head_of
+from dispatch.host.commands import GIT
 
 # a gitlink's mode in an index entry (0o160000, 32-bit big-endian): no such bytes, no submodule
 GITLINK_MODE = b"\x00\x00\xe0\x00"
@@ -119,7 +120,7 @@ class Shadow:
 
     def env(self) -> dict[str, str]:
         return {
-            "PATH": os.environ.get("PATH", os.defpath),
+            **GIT.inherited(),  # PATH
             "HOME": self.home,
             "XDG_CONFIG_HOME": self.home,
             "LC_ALL": "C",

@@ -19,21 +19,18 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 from asyncio import FIRST_COMPLETED
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from dispatch.config.schemas import WaitProfile
-from dispatch.model import one_line
+from dispatch.host.commands import CHECK, kill_group, read_capped, spawn
+from dispatch.host.text import first_line as first_line  # its tests import it from here
 
 Verdict = Literal["go", "hold", "never", "fault", "aborted"]
 OUTPUT_CAP = 4096
-LINE_CAP = 200
 REAP_S = 5.0  # after a kill, how long the pipes may take to close
-KEPT_ENV = ("PATH", "HOME", "LANG", "TZ")
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _BY_CODE: dict[int, Verdict] = {0: "go", 3: "hold", 2: "never"}
 # what `dispatch why` calls each verdict
 ANSWERS: dict[Verdict, str] = {
@@ -59,10 +56,8 @@ class Checker(Protocol):
 
 
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = os.environ if env is None else env
-    kept = {name: env[name] for name in KEPT_ENV if env.get(name)}
-    kept.setdefault("PATH", DEFAULT_PATH)
-    return kept
+    """What a check inherits (`dispatch.host.commands.CHECK`)."""
+    return CHECK.inherited(env)
 
 
 def argv(profile: WaitProfile, target: str) -> list[str]:
@@ -87,20 +82,14 @@ class ProfileRunner:
 
     async def check(self, profile: WaitProfile, target: str, abort: asyncio.Event) -> Answer:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv(profile, target),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self.env,
-                start_new_session=True,  # its own group: killed whole on timeout or abort
-            )
+            # its own group: killed whole on timeout or abort
+            proc = await spawn(argv(profile, target), CHECK, self.env)
         except OSError as exc:
             return Answer("fault", f"could not start: {exc.strerror or type(exc).__name__}")
         try:
             return await self._watch(proc, profile.timeout_ms / 1000, abort)
         finally:
-            _kill_group(proc)  # a no-op for a group that is gone; cancellation lands here too
+            kill_group(proc.pid)  # a no-op for a group that is gone; cancellation lands here too
 
     async def _watch(
         self, proc: asyncio.subprocess.Process, timeout_s: float, abort: asyncio.Event
@@ -113,7 +102,7 @@ class ProfileRunner:
             aborted.cancel()
             finished = done.done() and not done.cancelled()
             if not finished:
-                _kill_group(proc)
+                kill_group(proc.pid)
                 with contextlib.suppress(TimeoutError):  # the pipes close with the group
                     await asyncio.wait_for(done, REAP_S)
         if finished:
@@ -125,17 +114,10 @@ class ProfileRunner:
 
 async def _finish(proc: asyncio.subprocess.Process) -> tuple[int, bytes, bytes]:
     assert proc.stdout is not None and proc.stderr is not None
-    out, err, code = await asyncio.gather(_capped(proc.stdout), _capped(proc.stderr), proc.wait())
+    out, err, code = await asyncio.gather(
+        read_capped(proc.stdout, OUTPUT_CAP), read_capped(proc.stderr, OUTPUT_CAP), proc.wait()
+    )
     return code, out, err
-
-
-async def _capped(stream: asyncio.StreamReader) -> bytes:
-    """The first OUTPUT_CAP bytes; the rest is read and dropped, so the check never blocks."""
-    kept = bytearray()
-    while chunk := await stream.read(65536):
-        if len(kept) < OUTPUT_CAP:
-            kept += chunk[: OUTPUT_CAP - len(kept)]
-    return bytes(kept)
 
 
 def _answer(code: int, out: bytes, err: bytes) -> Answer:
@@ -144,15 +126,3 @@ def _answer(code: int, out: bytes, err: bytes) -> Answer:
     if verdict == "fault" and not line:
         line = f"killed by signal {-code}" if code < 0 else f"exit {code}"
     return Answer(verdict, line, code)
-
-
-def first_line(output: bytes) -> str:
-    for raw in output.decode("utf-8", "replace").splitlines():
-        if raw.strip():
-            return one_line(raw.strip())[:LINE_CAP]
-    return ""
-
-
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
