@@ -20,19 +20,17 @@ hold no NUL byte, be at most 64 KiB and at least `MIN_CHARS` long (shorter canno
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import stat
 from collections.abc import Mapping
-from functools import partial
 
 import msgspec
 
 from dispatch.config.schemas import SecretProfile
+from dispatch.host.commands import RESOLVER, read_capped, reap, spawn
+from dispatch.host.files import TooLarge, read_bounded
 from dispatch.model import SecretRef
 from dispatch.runners.base import AbortSignal
-from dispatch.runners.process import _die_with_parent
 from dispatch.secrets.mask import MIN_CHARS
 
 MAX_VALUE_BYTES = 64 * 1024
@@ -93,8 +91,9 @@ def _checked(ref: SecretRef, raw: bytes) -> str:
 
 
 def scrubbed_env() -> dict[str, str]:
-    """All a resolver command inherits: where to find programs, and its user's home."""
-    return {"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", "/")}
+    """All a resolver command inherits: where to find programs, and its user's home
+    (`dispatch.host.commands.RESOLVER`)."""
+    return RESOLVER.inherited()
 
 
 async def _from_command(
@@ -103,21 +102,15 @@ async def _from_command(
     argv = [arg.replace("{name}", ref.name) for arg in command]
     who = f"{ref.secret}: {os.path.basename(argv[0])}"
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=scrubbed_env(),
-            start_new_session=True,
-            preexec_fn=partial(_die_with_parent, os.getpid()),
-        )
+        proc = await spawn(argv, RESOLVER, scrubbed_env())
     except OSError as exc:
         raise Unresolved(f"{who} cannot start: {exc.strerror or type(exc).__name__}") from None
     try:
         code, out = await _finished(proc, timeout_s, abort, who)
     finally:
-        await _reap(proc)
+        # its whole group killed (nothing it started outlives it), then the pipe read to its
+        # end, so no transport is left open; one a process outside the group holds is closed
+        await reap(proc, RESOLVER, drain_s=_DRAIN_S)
     if code != 0:
         raise Unresolved(f"{who} exited {code}")
     if len(out) > MAX_VALUE_BYTES:
@@ -125,21 +118,6 @@ async def _from_command(
     if out.endswith(b"\n"):  # what `echo` and most tools end with is not part of the value
         out = out[:-2] if out.endswith(b"\r\n") else out[:-1]
     return out
-
-
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Kill its whole group (nothing it started outlives it), then let the pipe reach its end,
-    so no transport is left open; one a process outside the group still holds is closed."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    await proc.wait()
-    assert proc.stdout is not None
-    try:
-        await asyncio.wait_for(proc.stdout.read(), _DRAIN_S)
-    except TimeoutError:
-        transport = getattr(proc, "_transport", None)  # asyncio offers no public close
-        if transport is not None:
-            transport.close()
 
 
 async def _finished(
@@ -162,14 +140,10 @@ async def _finished(
 
 async def _exit_and_output(proc: asyncio.subprocess.Process) -> tuple[int, bytes]:
     assert proc.stdout is not None
-    chunks: list[bytes] = []
-    size = 0
-    while size <= MAX_VALUE_BYTES and (chunk := await proc.stdout.read(65536)):
-        chunks.append(chunk)
-        size += len(chunk)
-    if size > MAX_VALUE_BYTES:  # enough to refuse it: do not wait for the rest
-        return 0, b"".join(chunks)
-    return await proc.wait(), b"".join(chunks)
+    out = await read_capped(proc.stdout, MAX_VALUE_BYTES + 1, drain=False)
+    if len(out) > MAX_VALUE_BYTES:  # enough to refuse it: do not wait for the rest
+        return 0, out
+    return await proc.wait(), out
 
 
 # -- file profiles --------------------------------------------------------------------------
@@ -187,22 +161,21 @@ def file_problem(st: os.stat_result) -> str:
     return ""
 
 
+def _private(st: os.stat_result) -> None:
+    problem = file_problem(st)
+    if problem:
+        raise ValueError(problem)
+
+
 def read_private(path: str) -> dict[str, str]:
-    """The file's names and values, checked on the descriptor it is read from (ValueError)."""
+    """The file's names and values, checked on the descriptor it is read from (ValueError).
+    A symlink to it is followed: the operator names this file in secrets.json."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = read_bounded(path, MAX_FILE_BYTES, follow_links=True, check=_private)
+    except TooLarge:
+        raise ValueError(f"is larger than {MAX_FILE_BYTES} bytes") from None
     except OSError as exc:
         raise ValueError(f"cannot be opened: {exc.strerror or type(exc).__name__}") from None
-    try:
-        problem = file_problem(os.fstat(fd))
-        if problem:
-            raise ValueError(problem)
-        with open(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"is larger than {MAX_FILE_BYTES} bytes")
     try:  # msgspec's message is not used: it could quote the file
         return _file_decoder.decode(raw)
     except msgspec.DecodeError:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import msgspec
 
+from dispatch.host.files import NotRegular, TooLarge, read_bounded
 from dispatch.log import event
 from dispatch.spend.plan import micro
 
@@ -219,19 +220,15 @@ def _fresh_dir(root: Path, run_dir: Path) -> None:
 
 def _read(path: Path, job_id: str) -> Usage:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        raw = read_bounded(path, MAX_BYTES)  # no link followed: the job wrote this file
     except FileNotFoundError:
         return NO_REPORT
+    except NotRegular:
+        return _malformed(job_id, "not a regular file")
+    except TooLarge:
+        return _malformed(job_id, f"larger than {MAX_BYTES} bytes")
     except OSError as exc:  # a link, a FIFO's peer, a permission: not a report we trust
         return _malformed(job_id, f"cannot open: {exc.strerror or exc}")
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return _malformed(job_id, "not a regular file")
-        raw = os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_BYTES:
-        return _malformed(job_id, f"larger than {MAX_BYTES} bytes")
     return parse(raw, job_id)
 
 

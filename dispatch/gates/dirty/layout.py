@@ -21,10 +21,10 @@ import errno
 import os
 import posixpath
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from dispatch.host.files import TooLarge, read_bounded
 from dispatch.reasons import DIRTY_TREE, REPO_UNREADABLE
 
 SMALL = 1 << 20  # config, HEAD, a ref, a pointer file, info/exclude
@@ -228,13 +228,9 @@ def _ref_value(layout: Layout, ref: bytes) -> bytes | None:
 
 
 def read_regular(path: str, limit: int) -> bytes:
-    """A regular file's first `limit` bytes; OSError when it is larger."""
+    """A regular file's bytes, no last symlink followed; OSError when it is larger."""
     # a job may have left a FIFO or a device here: never block on open, never read unbounded
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
-    with open(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
-    return data
+    try:
+        return read_bounded(path, limit)
+    except TooLarge:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB") from None
