@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dispatch.config.settings import parse_memory
+from dispatch.config.units import parse_memory
 from dispatch.model import Job
 from dispatch.runners.base import RunContext
 from dispatch.runners.docker.client import Json
