@@ -20,13 +20,21 @@ Some tokens carry a value: `exit_code(n)` (`exit-<n>`), `killed_by(n)` (`signal-
 `with_error(CREATE_FAILED, exc)` (`create-failed: <the engine's message>`). `lookup` finds the
 entry for any stored token, those included, and None for a token from a newer release.
 
+`python -m dispatch.reasons --markdown` prints the table of gates, reasons and re-check delays
+that docs/operating/waiting.md shows (`--write FILE` puts it between FILE's `reasons:begin` and
+`reasons:end` markers); `STAGES` orders it as a pickup meets the gates.
+
 Nothing else spells a token: `tests/test_reasons.py` fails on a string literal equal to one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import argparse
+import itertools
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Literal, TypeVar
 
 Kind = Literal["defer", "refusal", "outcome", "abort", "infra"]
@@ -528,3 +536,155 @@ def _declared_delay(token: str, delay: int | None) -> int:
     if delay is None:
         raise LookupError(f"{token} declares no such re-check delay")
     return delay
+
+
+# -- the table of gates, reasons and re-check delays ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Where a job can wait or be refused: a gate, in the order a pickup meets them
+    (gates/pipeline.py), or a component around the run."""
+
+    source: str  # as its reasons name it (`Reason.source`)
+    gate: str = ""  # the gate's `name`; "" for a component, which the table does not number
+    when: str = ""  # the case it looks at, when it does not look at every job
+    note: str = ""  # what it decides that no reason of its own records
+    also: tuple[str, ...] = ()  # reasons of another stage that this one gives too
+
+
+STAGES: Final[tuple[Stage, ...]] = (
+    Stage("head", "head"),
+    Stage(
+        "settled record",
+        "settled",
+        note="a job picked up again after a stall, whose attempt already has the run record of "
+        "a run that reached its own exit, ends with that outcome",
+    ),
+    Stage("trigger overlap", "trigger-overlap"),
+    Stage("project", "project", note="decides the job's project, from projects.json"),
+    Stage("pause window", "pause"),
+    Stage("secret profiles", "secret-profiles"),
+    Stage(
+        "job user",
+        "job-user",
+        when="only local jobs of the docker runner, DISPATCH_CONTAINER_USER unset",
+    ),
+    Stage("size", "size"),
+    Stage("wait-for", "wait"),
+    Stage("host slot", "host-slot", when="only without a host budget"),
+    Stage("scope", "scope"),
+    Stage("settings overlay", "overlay", also=(NEWER_RELEASE,)),
+    Stage("egress", "egress", when="only on dispatch's own job network"),
+    Stage("endpoint", "endpoint"),
+    Stage(
+        "host budget", "host-budget", when="only with DISPATCH_HOST_MEMORY or DISPATCH_HOST_CPUS"
+    ),
+    Stage("dirty tree", "dirty-tree", when="only local jobs not submitted with --force"),
+    Stage("spend caps", "spend", when="only with spend caps"),
+    Stage("runner"),
+    Stage("processor"),
+    Stage("lock keeper"),
+    Stage("fleet lease"),
+    Stage("worker"),
+    Stage("trigger catch-up"),
+)
+
+_BEGIN = "<!-- reasons:begin -->"
+_END = "<!-- reasons:end -->"
+
+
+def waits_or_refuses(reason: Reason) -> bool:
+    """Whether the table shows `reason`: a deferral, a refusal, or an abort handed back."""
+    return reason.kind in ("defer", "refusal") or reason.delay_ms is not None
+
+
+def markdown() -> str:
+    """The table: a row for each reason a job waits or is refused for, by stage in order."""
+    numbers = itertools.count(1)
+    lines = ["| # | gate | reason recorded | re-check |", "|---|---|---|---|"]
+    for stage in STAGES:
+        lines += _rows(str(next(numbers)) if stage.gate else "-", stage)
+    return "\n".join(lines) + "\n"
+
+
+def _rows(label: str, stage: Stage) -> list[str]:
+    cells = [(f"none: {stage.note}", "-")] if stage.note else []
+    cells += [(_recorded(r), recheck(r)) for r in given_by(stage)]
+    named = f"{stage.source} ({stage.when})" if stage.when else stage.source
+    heads = [(label, named)] + [("", "")] * (len(cells) - 1)
+    return [_row(*head, *cell) for head, cell in zip(heads, cells, strict=True)]
+
+
+def given_by(stage: Stage) -> list[Reason]:
+    """The reasons `stage` makes a job wait or refuses it for, as the table lists them."""
+    own = [r for r in ENTRIES if r.source == stage.source and waits_or_refuses(r)]
+    return own + [CATALOGUE[token] for token in stage.also]
+
+
+def _recorded(reason: Reason) -> str:
+    refused = "refused " if reason.kind == "refusal" else ""
+    return f"{refused}`{reason.token}`: {reason.sentence}"
+
+
+def recheck(reason: Reason) -> str:
+    """When a job that waits for `reason` is looked at again, in the table's words."""
+    if reason.delay_ms is None:
+        return reason.timing or "-"
+    first, most = reason.delay_ms, reason.max_delay_ms or reason.delay_ms
+    return (reason.timing or "{delay}").format(delay=_duration(first), max=_duration(most))
+
+
+def _duration(ms: int) -> str:
+    if ms == 0:
+        return "at once"
+    if ms > 60_000 and ms % 60_000 == 0:
+        return f"{ms // 60_000} min"
+    return f"{ms / 1000:g} s"
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def region(text: str) -> str:
+    """What stands between the reasons:begin and reasons:end markers of `text`."""
+    _, begin, rest = text.partition(_BEGIN)
+    inside, end, _ = rest.partition(_END)
+    if not (begin and end):
+        raise ValueError(f"no {_BEGIN} ... {_END} region")
+    return inside
+
+
+def with_table(text: str) -> str:
+    """`text` with the table between its markers, in place of what stood there."""
+    head, tail = text.split(_BEGIN + region(text), 1)
+    return f"{head}{_BEGIN}\n\n{markdown()}\n{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dispatch.reasons", description="The reason catalogue, as docs."
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="the table of gates, reasons and re-check delays"
+    )
+    parser.add_argument(
+        "--write", type=Path, metavar="FILE", help="put it between FILE's reasons markers"
+    )
+    args = parser.parse_args(argv)
+    if not args.markdown:
+        parser.error("say what to print: --markdown")
+    if args.write is None:
+        sys.stdout.write(markdown())
+        return 0
+    try:
+        page = with_table(args.write.read_text())
+    except ValueError as exc:
+        raise SystemExit(f"{args.write}: {exc}") from None
+    args.write.write_text(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
