@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
+from functools import partial
 
 import uvloop
 from redis.asyncio import Redis
@@ -31,6 +32,7 @@ from dispatch.fleet.host_budget import HostBudget
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
+from dispatch.gates.job_user import RootOwned
 from dispatch.gates.pipeline import GateDeps, pipeline
 from dispatch.gates.wait.claims import IdentityClaims
 from dispatch.gates.wait.parts import WaitParts
@@ -43,7 +45,10 @@ from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
+from dispatch.runners.docker.mounts import allowed_folder
 from dispatch.runners.docker.runner import DockerRunner
+from dispatch.runners.docker.settings import DockerSettings
+from dispatch.runners.docker.user import job_user
 from dispatch.runners.output import output_dir
 from dispatch.runners.process import ProcessRunner
 from dispatch.spend.ledger import SpendLedger
@@ -59,6 +64,25 @@ def make_runner(settings: Settings, egress: EgressGuard | None = None) -> Runner
     from dispatch.runners.docker.factory import docker_runner
 
     return docker_runner(settings, egress.env if egress is not None else None)
+
+
+def job_user_rule(docker: DockerSettings | None) -> RootOwned | None:
+    """The job-user gate's rule for the docker runner's settings; None for another runner
+    (`docker` None) and for an explicit DISPATCH_CONTAINER_USER, which decides for every job."""
+    if docker is None or docker.user is not None:
+        return None
+    return partial(_root_owned, roots=docker.allowed_roots)
+
+
+def _root_owned(folder: str | None, roots: tuple[str, ...]) -> bool:
+    """A folder under the roots that belongs to root; outside them, or gone, is the runner's."""
+    source = allowed_folder(folder, roots)
+    if source is None:
+        return False
+    try:
+        return job_user(source, None) is None
+    except OSError:
+        return False
 
 
 async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None = None) -> None:
@@ -182,7 +206,7 @@ async def gated_processor(
             live_hosts=LiveHosts(redis, settings.prefix, clock),
             mirror=RunMirror(redis, settings.prefix),
             clock=clock,
-            docker=runner.settings if isinstance(runner, DockerRunner) else None,
+            root_owned=job_user_rule(runner.settings if isinstance(runner, DockerRunner) else None),
             waits=wait_parts(settings, redis),
             spend=spend,
             egress=egress,

@@ -27,7 +27,7 @@ from dispatch.gates.endpoints import EndpointGate
 from dispatch.gates.head import HeadGate
 from dispatch.gates.host_budget import HostBudgetGate
 from dispatch.gates.host_slot import HostSlotGate
-from dispatch.gates.job_user import JobUserGate
+from dispatch.gates.job_user import JobUserGate, RootOwned
 from dispatch.gates.overlay import OverlayGate
 from dispatch.gates.pause import PauseGate
 from dispatch.gates.project import ProjectGate
@@ -40,7 +40,6 @@ from dispatch.gates.trigger_overlap import TriggerOverlapGate
 from dispatch.gates.wait.gate import WaitGate
 from dispatch.gates.wait.parts import WaitParts
 from dispatch.records.mirror import RunMirror
-from dispatch.runners.docker.settings import DockerSettings
 from dispatch.spend.ledger import SpendLedger
 
 
@@ -56,7 +55,7 @@ class GateDeps:
     mirror: RunMirror
     clock: Clock
     waits: WaitParts
-    docker: DockerSettings | None = None  # the docker runner's, for the job-user gate
+    root_owned: RootOwned | None = None  # the docker runner's job-user rule (assembly's)
     spend: SpendLedger | None = None  # None: no spend caps (tests of the other gates)
     egress: EgressGuard | None = None  # only when jobs run on dispatch's own network
 
@@ -69,7 +68,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         ProjectGate(),
         PauseGate(d.clock),
         SecretProfileGate(),
-        JobUserGate(d.docker),
+        JobUserGate(d.root_owned),
         SizeGate(d.settings, d.budget, d.live_hosts),
         WaitGate(d.settings, d.slots, d.leases, d.waits, d.clock),
         HostSlotGate(d.settings, d.slots, d.budget),

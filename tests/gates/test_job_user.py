@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatch.daemon.assembly import job_user_rule
 from dispatch.gates.base import ADMIT, Refuse
 from dispatch.gates.job_user import JobUserGate
 from dispatch.model import Job
@@ -27,7 +28,8 @@ def root(tmp_path: Path) -> Path:
 
 
 def _gate(root: Path, **settings: object) -> JobUserGate:
-    return JobUserGate(DockerSettings(allowed_roots=(str(root),), **settings))  # type: ignore[arg-type]
+    docker = DockerSettings(allowed_roots=(str(root),), **settings)  # type: ignore[arg-type]
+    return JobUserGate(job_user_rule(docker))
 
 
 def _local(folder: Path) -> Job:
