@@ -680,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         page = with_table(args.write.read_text())
-    except ValueError as exc:
+    except (OSError, ValueError) as exc:  # no such file, or no markers in it
         raise SystemExit(f"{args.write}: {exc}") from None
     args.write.write_text(page)
     return 0
