@@ -26,12 +26,13 @@ from datetime import datetime
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.clock import Clock
+from dispatch.errors import RedisUnavailable
 from dispatch.gates.base import ENGINE_DELAY_MS, Defer
 from dispatch.log import event
 from dispatch.model import DeferRecord
+from dispatch.queue.faults import redis_call
 from dispatch.queue.keys import queue_keys
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import ENGINE_UNAVAILABLE, max_delay_ms
@@ -65,8 +66,9 @@ class EngineWait:
         """When the job first waited for the engine (epoch ms), if it is waiting already."""
         key = queue_keys(claim.queue, self.prefix).defer
         try:
-            raw = await self.redis.hget(key, claim.id)
-        except (RedisError, OSError) as exc:
+            with redis_call("engine wait"):
+                raw = await self.redis.hget(key, claim.id)
+        except RedisUnavailable as exc:
             event("engine_wait_unread", job=claim.id, error=str(exc))
             return None
         return since_ms(raw)

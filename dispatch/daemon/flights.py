@@ -30,10 +30,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
-from dispatch.errors import BadCall
+from dispatch.errors import BadCall, RedisUnavailable
 from dispatch.log import event
+from dispatch.queue.faults import redis_call
 from dispatch.queue.transitions import ClaimBatch, Finish
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import record_runs
@@ -128,7 +127,7 @@ class Flights:
                 )
             else:
                 oks, claimed = await lane.queue.finish(items), None
-        except (RedisError, OSError) as exc:
+        except RedisUnavailable as exc:
             if want > 0:
                 lane.unsure = True  # the claim it carried may have run, its reply lost
             lane.capacity.adjust(want - len(items))  # back as it was: the endings hold theirs
@@ -225,8 +224,9 @@ class Flights:
         for job_id, token, run_id, run in rows:
             argv += [job_id, token, run_id, run, self.lane.clock.now_ms()]
         try:
-            kept = set(await record_runs(queue.redis, queue.keys, argv))
-        except (RedisError, OSError, BadCall) as exc:
+            with redis_call("keep outcomes"):
+                kept = set(await record_runs(queue.redis, queue.keys, argv))
+        except (RedisUnavailable, BadCall) as exc:
             event("refused_outcome_not_kept", queue=queue.name, error=str(exc))
             return []
         if kept:

@@ -48,11 +48,11 @@ from pathlib import Path
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.config.settings import Settings
-from dispatch.errors import ConfigError, InstanceTaken
+from dispatch.errors import ConfigError, InstanceTaken, RedisUnavailable
 from dispatch.log import event
+from dispatch.queue.faults import redis_call
 from dispatch.queue.keys import host_keys
 from dispatch.queue.scripts import Arg, checked, script
 
@@ -246,8 +246,9 @@ class HostOwner:
         period = self.ttl_ms / 3000
         while not await _set_within(until, period):
             try:
-                code, raw = await self._call(b"")
-            except (RedisError, OSError) as exc:
+                with redis_call("host name renewal"):
+                    code, raw = await self._call(b"")
+            except RedisUnavailable as exc:
                 event("host_owner_unrenewed", host=self.host, error=str(exc))
                 period = RETRY_S
                 continue
@@ -262,7 +263,7 @@ class HostOwner:
 
     async def release(self) -> None:
         """Give the name up if it is still ours; a fault leaves it to lapse by its TTL."""
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(RedisUnavailable), redis_call("host name release"):
             await script("host_release")(self.redis, [self.key], [self.value])
 
     def taken_over(self) -> InstanceTaken:

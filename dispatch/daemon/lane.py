@@ -29,14 +29,13 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.flights import Flights, Forget
 from dispatch.daemon.tasks import Lifecycle
-from dispatch.errors import BadCall
+from dispatch.errors import BadCall, RedisUnavailable
 from dispatch.log import event
 from dispatch.queue.transitions import Claim, ClaimBatch, Finish, Queue
 from dispatch.records.disk_log import RecordLog
@@ -135,7 +134,7 @@ class Lane:
         self.due_at = None
         try:
             await self.queue.wake()
-        except (RedisError, OSError) as exc:
+        except RedisUnavailable as exc:
             event("redis_error", during="pass_on_due", error=str(exc))
 
     async def claim(self) -> None:
@@ -146,7 +145,7 @@ class Lane:
         try:
             self.call_begins()
             batch = await self.queue.claim(want, self.settings.host, self.settings.lock_ms)
-        except (RedisError, OSError) as exc:
+        except RedisUnavailable as exc:
             self.capacity.give(want)
             self.must_claim = self.unsure = True
             event("redis_error", during="claim", error=str(exc))
@@ -231,7 +230,7 @@ class Lane:
                 return
             try:
                 await self._take_wakeup()
-            except (RedisError, OSError) as exc:  # one fault must not end this queue's watcher
+            except RedisUnavailable as exc:  # one fault must not end this queue's watcher
                 event("redis_error", during="watch", error=str(exc))
                 await self.life.stopped_within(CLAIM_RETRY_S)
 
@@ -241,7 +240,7 @@ class Lane:
         await asyncio.sleep(0)
         if self.capacity.free <= 0 or self.life.draining:
             return
-        if not await self.blocking.bzpopmin(self.queue.keys.marker, self.timing.block_s):
+        if not await self.queue.take_marker(self.blocking, self.timing.block_s):
             return
         if self.capacity.free > 0 and not self.life.draining:
             self.must_claim = True

@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.clock import Clock
 from dispatch.config.settings import Settings
+from dispatch.errors import RedisUnavailable
 from dispatch.log import event
 from dispatch.queue.transitions import Claim, Queue
 from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
@@ -118,7 +118,7 @@ class LockKeeper:
             lost, cancels = await asyncio.wait_for(
                 queue.extend(locks, self.s.lock_ms), self.s.renew_s
             )
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (RedisUnavailable, TimeoutError) as exc:  # a fault, or no answer within the period
             event("renew_failed", queue=queue.name, error=str(exc) or type(exc).__name__)
             return
         for job_id, entry in held.items():

@@ -23,7 +23,6 @@ from functools import partial
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings
@@ -37,6 +36,7 @@ from dispatch.errors import RedisUnavailable
 from dispatch.gates.wait.state import WaitStates
 from dispatch.log import event
 from dispatch.queue import keys
+from dispatch.queue.faults import redis_call
 from dispatch.queue.scripts import load_all
 from dispatch.queue.transitions import Claim, Finish, Queue
 from dispatch.reasons import LOCK_LOST, SHUTDOWN
@@ -139,12 +139,13 @@ class Worker:
         backoff = START_RETRY_S
         while not stop.is_set():
             try:
-                await load_all(self.redis)
-                await self.upkeep.beat(self.t.heartbeat_s)
-                await self.redis.sadd(keys.hosts_registry(self.s.prefix), self.s.host)
+                with redis_call("start"):
+                    await load_all(self.redis)
+                    await self.upkeep.beat(self.t.heartbeat_s)
+                    await self.redis.sadd(keys.hosts_registry(self.s.prefix), self.s.host)
                 await self._mint_first()
                 return True
-            except (RedisError, RedisUnavailable, OSError) as exc:
+            except RedisUnavailable as exc:
                 event("start_retry", error=str(exc) or type(exc).__name__, in_s=backoff)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), backoff)
@@ -203,7 +204,7 @@ class Worker:
         for lane in self.lanes.values():
             lane.flights.flush_now.set()
             lane.wake.set()
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(RedisUnavailable):
                 await lane.queue.wake()  # returns our own watcher from BZPOPMIN at once
         _, hung = await asyncio.wait(background, timeout=self.t.block_s + 2.0)
         for task in hung:

@@ -11,12 +11,17 @@ connection could be made or kept (refused, reset, closed under the call), the on
 a fleet lease may fail open (Redis is away, the host's own slots still bound it); every other
 fault is `RedisUnavailable`. A server that answers late, or answers with an error, is there:
 it is not asked to step aside.
+
+Every `Queue` method raises its faults translated (`queue_call`, `QueueFault`), so the daemon
+catches `RedisUnavailable` and nothing else for them; other Redis calls are translated where
+they are made (`redis_call`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Literal
 
 from redis import exceptions as redis_errors
 
@@ -54,6 +59,42 @@ def redis_call(what: str) -> Iterator[None]:
         yield
     except REDIS_FAULTS as exc:
         raise translated(exc, what) from exc
+
+
+class QueueFault(RedisUnavailable, redis_errors.RedisError):
+    """A `Queue` call that failed (queue/transitions.py), its redis-py error as the cause.
+
+    The daemon catches it as `RedisUnavailable`, the one type it catches for Redis. It is a
+    `RedisError` too, so the callers outside the daemon that still name redis-py's type (the
+    CLI's last resort in cli/commands.py, bench/soak.py's retry) keep their behaviour; once
+    they catch `RedisUnavailable`, that second base can go."""
+
+
+class QueueUnreachable(RedisUnreachable, QueueFault):
+    """A `Queue` call that failed for want of a connection (see `unreachable`)."""
+
+
+class queue_call:
+    """Raise any fault of the calls inside as a QueueFault (or QueueUnreachable). One already
+    translated (a `Queue` method calling another) goes up as it is; anything that is not a
+    Redis fault (a script's error code: LockLost, BadCall, ...) too. A class, not a generator:
+    it sits on the hot path, once per claim and per finish call."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
+        if exc is None or isinstance(exc, RedisUnavailable) or not isinstance(exc, REDIS_FAULTS):
+            return False
+        fault = QueueUnreachable if unreachable(exc) else QueueFault
+        raise fault(f"{self.what}: {type(exc).__name__}: {exc}") from exc
 
 
 def cause(exc: BaseException) -> str:

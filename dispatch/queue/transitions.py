@@ -11,6 +11,12 @@ Every transition of a claimed job carries the claim's lock token; a stale token 
 nothing. Reads (`get`, `list`) are plain pipelined commands: they may see a job mid-move but
 never change one.
 
+Faults. Every method raises a Redis fault (an error reply such as READONLY, a timeout, a lost
+connection) as `QueueFault`, a `RedisUnavailable` with redis-py's error as its cause
+(queue/faults.py), so the daemon catches one type; a script's own answers keep theirs
+(`LockLost`, `NotFound`, `Conflict`, `BadCall`), and a server that lost its scripts (NOSCRIPT)
+is given them again inside the call.
+
 Bad calls. Every script checks its key count and every argument (plain-digit integers within
 bounds, ids and tokens of their shape, JSON fields shaped as objects, at most `MAX_ITEMS` items)
 before its first write, and answers -4 otherwise, having changed nothing. The wrappers raise
@@ -39,6 +45,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from dispatch.queue.faults import queue_call
 from dispatch.queue.items import (
     MAX_ITEMS,
     Claim,
@@ -111,10 +118,11 @@ class Queue:
         for j in jobs:
             args += [j.id, j.data, j.due_ms, j.delay_ms, j.dedup, j.dedup_window_ms]
         keys = [k.data, k.queued, k.wait, k.delayed, k.dedup, k.dedup_exp, k.done, k.marker]
-        out = checked(await script("job_enqueue")(self.redis, keys, args), "enqueue")
-        if not self._registered:  # only once the queue really holds something
-            await self.redis.sadd(queues_registry(self.prefix), self.name)
-            self._registered = True
+        with queue_call("enqueue"):
+            out = checked(await script("job_enqueue")(self.redis, keys, args), "enqueue")
+            if not self._registered:  # only once the queue really holds something
+                await self.redis.sadd(queues_registry(self.prefix), self.name)
+                self._registered = True
         return [
             Enqueued(_text(job_id), int(code) == 1, int(code) == Code.CONFLICT)
             for code, job_id in zip(out[::2], out[1::2], strict=True)
@@ -139,7 +147,8 @@ class Queue:
 
     async def claim(self, count: int, host: str, lock_ms: int) -> ClaimBatch:
         keys, args = self._claim_call(count, host, lock_ms)
-        return self._claims(await script("job_claim")(self.redis, keys, args))
+        with queue_call("claim"):
+            return self._claims(await script("job_claim")(self.redis, keys, args))
 
     def _claims(self, reply: Any) -> ClaimBatch:
         out = checked(reply, "claim")
@@ -191,7 +200,8 @@ class Queue:
         ended: list[bool] = []
         for part in _parts(items):
             keys, args = self._finish_call(part)
-            reply = await script("job_finish")(self.redis, keys, args)
+            with queue_call("finish"):
+                reply = await script("job_finish")(self.redis, keys, args)
             ended += _ended(checked(reply, "finish"))
         return ended
 
@@ -209,7 +219,8 @@ class Queue:
             script("job_finish").command(fkeys, fargs),
             script("job_claim").command(ckeys, cargs),
         ]
-        finished, claimed = await _send_scripts(self.redis, commands)
+        with queue_call("finish and claim"):
+            finished, claimed = await _send_scripts(self.redis, commands)
         batch = self._claims(claimed)
         if finished == Code.BAD_INPUT:  # the claims the refused call came with go back at once
             await self.hand_back([(c.id, c.token) for c in batch.claims])
@@ -224,10 +235,9 @@ class Queue:
         k = self.keys
         for part in _parts(locks):
             args: list[Arg] = [lock_ms, *(x for pair in part for x in pair)]
-            reply = checked(
-                await script("job_extend")(self.redis, [k.active, k.lock, k.cancel], args),
-                "extend",
-            )
+            with queue_call("extend"):
+                reply = await script("job_extend")(self.redis, [k.active, k.lock, k.cancel], args)
+            reply = checked(reply, "extend")
             lost += [_text(x) for x in reply[0]]
             cancels += [_text(x) for x in reply[1]]
         return lost, cancels
@@ -238,15 +248,16 @@ class Queue:
         """Expired locks: (ids requeued, ids failed as stalled)."""
         k = self.keys
         keys = [k.active, k.lock, k.wait, k.done, k.stalls, k.result, k.marker, k.cancel]
-        reply = checked(
-            await script("job_sweep")(self.redis, keys, [max_stalls, limit, result]), "sweep"
-        )
+        with queue_call("sweep"):
+            reply = await script("job_sweep")(self.redis, keys, [max_stalls, limit, result])
+        reply = checked(reply, "sweep")
         return [_text(x) for x in reply[0]], [_text(x) for x in reply[1]]
 
     async def claims(self) -> list[tuple[str, str]]:
         """Every current claim as (id, lock token), read from the lock hash in one call: cheap
         for an active set of hundreds, which is what a fleet holds."""
-        found = await self.redis.hgetall(self.keys.lock)
+        with queue_call("claims"):
+            found = await self.redis.hgetall(self.keys.lock)
         return [(_text(job_id), _text(token)) for job_id, token in found.items()]
 
     async def claims_of(self, host: str) -> list[tuple[str, str]]:
@@ -266,7 +277,9 @@ class Queue:
         keys = [k.active, k.lock, k.wait, k.marker, k.cancel, k.attempts, k.runs]
         for part in _parts(pairs):
             args: list[Arg] = [x for pair in part for x in pair]
-            reply = checked(await script("job_handback")(self.redis, keys, args), "hand back")
+            with queue_call("hand back"):
+                reply = await script("job_handback")(self.redis, keys, args)
+            reply = checked(reply, "hand back")
             back += [_text(x) for x in reply[0]]
             recorded += [_text(x) for x in reply[1]]
         return back, recorded
@@ -275,10 +288,9 @@ class Queue:
         """(1, "") cancelled before start; (2, token) running; (3, "") already finished."""
         k = self.keys
         keys = [k.wait, k.delayed, k.active, k.done, k.data, k.lock, k.result, k.runs, k.runs_idx]
-        reply = checked(
-            await script("job_cancel")(self.redis, keys, [job_id, result, run_id, run]),
-            f"cancel {job_id}",
-        )
+        with queue_call(f"cancel {job_id}"):
+            reply = await script("job_cancel")(self.redis, keys, [job_id, result, run_id, run])
+        reply = checked(reply, f"cancel {job_id}")
         return int(reply[0]), _text(reply[1]) if len(reply) > 1 else ""
 
     async def withdraw(self, job_id: str, dedup: str = "") -> bool:
@@ -286,56 +298,70 @@ class Queue:
         when it is not delayed or was claimed before (it is left as it is)."""
         k = self.keys
         keys = [k.delayed, k.data, k.queued, k.defer, k.attempts, k.dedup, k.dedup_exp]
-        reply = await script("job_withdraw")(self.redis, keys, [job_id, dedup])
+        with queue_call(f"withdraw {job_id}"):
+            reply = await script("job_withdraw")(self.redis, keys, [job_id, dedup])
         return int(checked(reply, f"withdraw {job_id}")) == 1
 
     async def request_cancel(self, job_id: str, token: str, ttl_ms: int) -> None:
         """Raise LockLost when the claim moved on before the request landed."""
         k = self.keys
-        code = await script("job_cancel_request")(
-            self.redis, [k.lock, k.cancel], [job_id, token, ttl_ms]
-        )
+        with queue_call(f"cancel request {job_id}"):
+            code = await script("job_cancel_request")(
+                self.redis, [k.lock, k.cancel], [job_id, token, ttl_ms]
+            )
         raise_for(int(code), f"cancel {job_id}")
 
     async def pause(self, mark: str = "1", *, replace: bool = True) -> None:
         """Claim nothing until resumed; `replace=False` leaves a pause already set as it is."""
-        await self.redis.set(self.keys.paused, mark, nx=not replace)
+        with queue_call(f"pause {self.name}"):
+            await self.redis.set(self.keys.paused, mark, nx=not replace)
 
     async def unpause(self, mark: str) -> bool:
         """Lift the pause only if it still reads `mark`: a newer pause is left standing."""
-        code = await script("queue_unpause")(
-            self.redis, [self.keys.paused, self.keys.marker], [mark]
-        )
+        with queue_call(f"unpause {self.name}"):
+            code = await script("queue_unpause")(
+                self.redis, [self.keys.paused, self.keys.marker], [mark]
+            )
         return int(checked(code, f"unpause {self.name}")) == 1
 
     async def resume(self) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(self.keys.paused)
-            pipe.zadd(self.keys.marker, {"w": 0})
-            await pipe.execute()
+        with queue_call(f"resume {self.name}"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.delete(self.keys.paused)
+                pipe.zadd(self.keys.marker, {"w": 0})
+                await pipe.execute()
 
     async def delayed_for(self, reasons: Container[str], chunk: int = 1000) -> list[str]:
         """Ids of delayed jobs whose latest defer record names one of `reasons`."""
         found: list[str] = []
-        ids = [_text(i) for i in await self.redis.zrange(self.keys.delayed, 0, -1)]
-        for start in range(0, len(ids), chunk):
-            part = ids[start : start + chunk]
-            raws = await self.redis.hmget(self.keys.defer, part)
-            found += [i for i, raw in zip(part, raws, strict=True) if _reason(raw) in reasons]
+        with queue_call(f"delayed of {self.name}"):
+            ids = [_text(i) for i in await self.redis.zrange(self.keys.delayed, 0, -1)]
+            for start in range(0, len(ids), chunk):
+                part = ids[start : start + chunk]
+                raws = await self.redis.hmget(self.keys.defer, part)
+                found += [i for i, raw in zip(part, raws, strict=True) if _reason(raw) in reasons]
         return found
 
     async def make_due(self, ids: Sequence[str]) -> None:
         """Move delayed jobs to now (only those still delayed: XX) and wake the daemons."""
         if not ids:
             return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.keys.delayed, dict.fromkeys(ids, 0), xx=True)
-            pipe.zadd(self.keys.marker, {"w": 0})
-            await pipe.execute()
+        with queue_call(f"make due in {self.name}"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(self.keys.delayed, dict.fromkeys(ids, 0), xx=True)
+                pipe.zadd(self.keys.marker, {"w": 0})
+                await pipe.execute()
 
     async def wake(self) -> None:
         """Nudge a daemon blocked on this queue's marker."""
-        await self.redis.zadd(self.keys.marker, {"w": 0})
+        with queue_call(f"wake {self.name}"):
+            await self.redis.zadd(self.keys.marker, {"w": 0})
+
+    async def take_marker(self, blocking: Redis, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for this queue's marker and take it (BZPOPMIN): True when a
+        wake-up was taken. On `blocking`, a client of its own: the wait holds a connection."""
+        with queue_call(f"marker of {self.name}"):
+            return bool(await blocking.bzpopmin(self.keys.marker, timeout_s))
 
 
 def _parts(items: Sequence[T]) -> list[Sequence[T]]:
