@@ -28,7 +28,6 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from dispatch.config.units import check_cpus, parse_memory
 from dispatch.config.windows import window_problems
 from dispatch.egress.rules import parse_rule
 from dispatch.errors import ConfigError
+from dispatch.host.files import NotRegular, TooLarge, read_bounded, write_atomic
 from dispatch.log import event
 
 T = TypeVar("T")
@@ -107,26 +107,19 @@ def _parse(watched: Watched, raw: bytes) -> Any:
 
 
 def _read(path: Path) -> bytes | None:
-    """The file's bytes, None when it is missing; ConfigError when it is not a readable file."""
+    """The file's bytes, None when it is missing; ConfigError when it is not a readable file.
+    A FIFO left in the config dir never hangs the pickup; a symlink is followed (the files are
+    the operator's)."""
     try:
-        # O_NONBLOCK: a FIFO left in the config dir must not hang the pickup
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        return read_bounded(path, _MAX_BYTES, follow_links=True)
     except FileNotFoundError:
         return None
+    except NotRegular:
+        raise ConfigError("not a regular file") from None
+    except TooLarge:
+        raise ConfigError(f"larger than {_MAX_BYTES} bytes") from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError("not a regular file")
-        with open(fd, "rb", closefd=False) as f:
-            raw = f.read(_MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > _MAX_BYTES:
-        raise ConfigError(f"larger than {_MAX_BYTES} bytes")
-    return raw
 
 
 def _stamp(path: Path) -> Stamp | None:
@@ -446,7 +439,7 @@ def scaffold(config_dir: Path) -> list[Path]:
     for w in WATCHED:
         path = config_dir / w.name
         if not os.path.lexists(path):
-            _write_atomic(path, _empty_document(w.shape))
+            write_atomic(path, _empty_document(w.shape))
             written.append(path)
     return written
 
@@ -457,18 +450,3 @@ def _empty_document(shape: type[msgspec.Struct]) -> bytes:
         if f.name != "version":
             doc[f.encode_name] = [] if f.default_factory is list else {}
     return (json.dumps(doc, indent=2) + "\n").encode()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """A reader sees the whole file or none of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
