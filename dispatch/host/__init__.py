@@ -31,12 +31,12 @@ at most its limit; no last symlink followed unless the caller asks) and writes w
     gates/dirty/layout.py    git's small files  1 MiB, 1 GiB   refused (6)
     gates/dirty/shadow.py    the index copied   1 GiB          refused (6), its own copy loop
     secrets/resolver.py      a file profile     1 MiB          followed (7)
-    config/watcher.py        the config files   1 MiB          followed, its own reader (8)
+    config/watcher.py        the config files   1 MiB          followed (8)
     cli/inputs.py            `submit FILE`      64 KiB         followed, a plain open (9)
 
     (6) the job wrote them; every path is resolved and checked inside the allowed roots first.
     (7) the operator names it in secrets.json; the descriptor must be a 0600 file of ours.
-    (8) the operator's; `config/watcher.py` also has its own atomic write, as `write_atomic`.
+    (8) the operator's; `dispatch init` writes them with `write_atomic`.
     (9) the caller's own file: stdin, a pipe and a FIFO are read too, blocking as they do.
 
 `text.py` turns a command's reply (bytes) into the line or lines a log or a record keeps.
