@@ -23,6 +23,7 @@ bash scripts/docker-up.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache --no-logo  # the layers (pyproject.toml [tool.importlinter])
 # The docs site, built where it leaves nothing in the tree: a broken link or anchor, or a page
 # left out of the nav, fails it (mkdocs.yml). Not --quiet: that hides the warnings --strict
 # counts. Its output is shown only when it fails.
