@@ -16,7 +16,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from redis.asyncio import Redis
@@ -104,9 +104,12 @@ class JobView:
         }
 
 
+CancelOutcome = Literal["cancelled", "taken", "unowned", "finished", "unacknowledged"]
+
+
 @dataclass(frozen=True)
 class CancelAnswer:
-    outcome: str  # cancelled | taken | unowned | finished | unacknowledged
+    outcome: CancelOutcome
     host: str = ""  # taken: the owner; cancelled: the owner that ended it so, if one did
 
 

@@ -18,6 +18,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from dispatch.config.units import (
     MAX_HOST_CPUS,
@@ -31,6 +32,7 @@ from dispatch.config.units import parse_duration_ms as parse_duration_ms  # re-e
 from dispatch.config.units import parse_memory as parse_memory  # re-exported
 from dispatch.errors import ConfigError
 
+RunnerName = Literal["docker", "process"]  # DISPATCH_RUNNER
 DEFAULT_PREFIX = "dispatch"  # of every Redis key (DISPATCH_PREFIX); dispatch.queue.keys spells them
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -61,7 +63,7 @@ class Settings:
     concurrency: int = 3
     state_dir: Path = field(default_factory=default_state_dir)
     config_dir: Path = field(default_factory=default_config_dir)
-    runner: str = "docker"
+    runner: RunnerName = "docker"
     lock_ms: int = 60_000  # at least 3 x (stop grace + renewal period): see _check
     renew_s: float = 2.0  # lock renewal period, also how fast a cancel request is seen
     sweep_s: float = 10.0  # how often each queue's expired locks are swept
@@ -159,10 +161,12 @@ def _host(raw: str) -> str:
     return raw
 
 
-def _runner(raw: str) -> str:
-    if raw not in ("docker", "process"):
-        raise ValueError("runner is docker or process")
-    return raw
+def _runner(raw: str) -> RunnerName:
+    if raw == "docker":
+        return "docker"
+    if raw == "process":
+        return "process"
+    raise ValueError("runner is docker or process")
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.:/@+-]{1,255}")  # prefixes, image refs, users, networks

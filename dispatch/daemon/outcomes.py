@@ -15,17 +15,11 @@ Instants are epoch milliseconds read by the caller from its clock; none is read 
 
 from __future__ import annotations
 
-from typing import Literal
-
 from dispatch.gates.base import Defer, Refuse
 from dispatch.model import DeferRecord, Job, Result, RunRecord, State, iso
 from dispatch.queue.items import Claim
 from dispatch.reasons import CANCELLED, COMPLETED, INFRA, OPERATOR_CANCEL, STALLED, Outcome
 from dispatch.runners.base import RunResult
-
-# How a claim ends (`job_finish.lua`): finished for good, or due again later, spending an
-# attempt (`retry`) or not (`defer`).
-Action = Literal["finish", "retry", "defer"]
 
 
 def finished(

@@ -39,7 +39,6 @@ from dispatch.clock import Clock, SystemClock
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.daemon import outcomes
 from dispatch.daemon.engine_wait import EngineWait
-from dispatch.daemon.outcomes import Action
 from dispatch.daemon.timeouts import Timeouts
 from dispatch.errors import InvalidJob, RedisUnavailable
 from dispatch.gates.base import (
@@ -67,7 +66,7 @@ from dispatch.model import (
     peek_version,
 )
 from dispatch.queue.faults import cause
-from dispatch.queue.transitions import Claim
+from dispatch.queue.transitions import Action, Claim
 from dispatch.reasons import (
     DOCKER_UNAVAILABLE,
     FAILED,

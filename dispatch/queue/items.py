@@ -8,6 +8,7 @@ msgspec structs, which build in a tenth of a frozen dataclass's time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 
@@ -15,6 +16,8 @@ from dispatch.errors import DispatchError
 
 DAY_MS = 24 * 3_600_000
 MAX_ITEMS = 1000  # jobs or claims per script call
+# How a claim ends (lua/job_finish.lua): for good, or due again later, spending an attempt or not
+Action = Literal["finish", "retry", "defer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,7 @@ class Finish(msgspec.Struct, frozen=True):
     `cancelled`, for a retry or defer, is the result it finishes with instead if an operator's
     cancel request stands for the job when the ending lands (job_finish decides, atomically)."""
 
-    action: str
+    action: Action
     id: str
     token: str
     payload: bytes

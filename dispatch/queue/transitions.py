@@ -48,6 +48,7 @@ from redis.exceptions import NoScriptError
 from dispatch.queue.faults import queue_call
 from dispatch.queue.items import (
     MAX_ITEMS,
+    Action,
     Claim,
     ClaimBatch,
     Enqueued,
@@ -62,6 +63,7 @@ from dispatch.queue.wire import Command, send_all
 
 __all__ = [
     "MAX_ITEMS",
+    "Action",
     "Claim",
     "ClaimBatch",
     "EnqueueIncomplete",

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 from dispatch.errors import LockLost
-from dispatch.queue.transitions import Claim, Finish, NewJob, Queue
+from dispatch.queue.transitions import Action, Claim, Finish, NewJob, Queue
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.anyio
 
-ACTIONS = ["finish", "retry", "defer"]
+ACTIONS: list[Action] = ["finish", "retry", "defer"]
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ async def sweep_until_requeued(queue: Queue, job_id: str) -> None:
     await eventually(requeued, timeout=5.0, every=0.005)
 
 
-def ending(action: str, claim: Claim) -> Finish:
+def ending(action: Action, claim: Claim) -> Finish:
     delay = 60_000 if action != "finish" else 0
     return Finish(action, claim.id, claim.token, b'{"by":"' + claim.token.encode() + b'"}', delay)
 

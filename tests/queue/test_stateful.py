@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 from redis.asyncio import Redis
 
 from dispatch.errors import NotFound
-from dispatch.queue.transitions import Finish, NewJob, Queue
+from dispatch.queue.transitions import Action, Finish, NewJob, Queue
 from tests.support.polling import eventually_sync
 
 LONG_MS = 60_000
@@ -145,7 +145,7 @@ class QueueMachine(RuleBasedStateMachine):
         action=st.sampled_from(["finish", "retry", "defer"]),
         delay=st.sampled_from([0, LONG_MS]),
     )
-    def end(self, data: st.DataObject, action: str, delay: int) -> None:
+    def end(self, data: st.DataObject, action: Action, delay: int) -> None:
         job_id = data.draw(st.sampled_from(sorted(self.held)))
         ending = Finish(
             action, job_id, self.held[job_id], b"{}", 0 if action == "finish" else delay
@@ -160,7 +160,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.stale)
     @rule(data=st.data(), action=st.sampled_from(["finish", "retry", "defer"]))
-    def end_stale(self, data: st.DataObject, action: str) -> None:
+    def end_stale(self, data: st.DataObject, action: Action) -> None:
         job_id, token = data.draw(st.sampled_from(self.stale))
         assert self.run(self.queue.finish([Finish(action, job_id, token, b"{}")])) == [False]
 
