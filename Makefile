@@ -19,7 +19,7 @@ typecheck:  ## mypy: strict on the package and bench, bodies checked in tests
 	.venv/bin/mypy
 
 test-fast:  ## the tests that need only Redis: no engine, no daemon processes
-	.venv/bin/pytest -q -m 'not docker and not e2e and not slow'
+	.venv/bin/pytest -q -n 4 -m 'not docker and not e2e and not slow'
 
 test:  ## everything, as CI runs it (installs what is missing)
 	./scripts/test.sh

@@ -11,7 +11,7 @@ command -v redis-server >/dev/null || apt_install redis-server
 command -v git >/dev/null || apt_install git  # the dirty-tree gate asks git
 
 [ -x .venv/bin/pip ] || make_venv
-if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, mkdocs, material" 2>/dev/null \
+if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, xdist, mkdocs, material" 2>/dev/null \
     || [ pyproject.toml -nt .venv/.installed ]; then
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -e '.[test]'
@@ -31,4 +31,8 @@ site=$(mktemp -d)
 docs_out=$(NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" 2>&1) \
     || { echo "$docs_out" >&2; exit 1; }
 rm -rf "$site"
-exec .venv/bin/pytest "$@"
+# Most tests wait on real daemons, engines and timers rather than on the CPU, so the suite runs
+# in DISPATCH_TEST_WORKERS processes (default 4 on any machine); worksteal keeps the long fault
+# tests from piling up on one worker at the end. `-p no:xdist` or `-n 0` as arguments run it
+# in one process.
+exec .venv/bin/pytest -n "${DISPATCH_TEST_WORKERS:-4}" --dist worksteal "$@"

@@ -78,12 +78,16 @@ def test_folder_repo_and_endpoint_bounds_hold_across_three_daemons(
         folder_ids = [f"folder-{n}" for n in range(3)]
         repo_ids = [f"repo-{n}" for n in range(6)]
         model_ids = [f"model-{n}" for n in range(3)]
+        # held until every job is in, so each bound meets more jobs at once than it admits
+        # however slowly the submits go (a busy machine runs them a second apart)
+        assert dispatch(h1, "pause").returncode == 0
         for i in folder_ids:
             submit(h1, "--id", i, "--folder", str(folder), "--", *job_script(marks, i))
         for i in repo_ids:
             submit(h1, "--id", i, "--repo", "acme/web", "--", *job_script(marks, i, 1.5))
         for i in model_ids:
             submit(h1, "--id", i, "--model", "m1", "--", *job_script(marks, i))
+        assert dispatch(h1, "resume").returncode == 0
         everything = folder_ids + repo_ids + model_ids
         eventually_sync(lambda: all_completed(h1, everything), timeout=90, every=0.5)
 
