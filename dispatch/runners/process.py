@@ -15,7 +15,7 @@ import os
 import signal
 
 from dispatch.clock import Clock, SystemClock
-from dispatch.host.commands import JOB, die_with_parent, kill_group, spawn
+from dispatch.host.commands import JOB, kill_group, spawn
 from dispatch.reasons import (
     ABORTED_BEFORE_START,
     COMMAND_NOT_FOUND,
@@ -33,8 +33,6 @@ from dispatch.runners.base import (
     within_grace,
 )
 from dispatch.runners.output import OutputFile
-
-_die_with_parent = die_with_parent  # the hook lives in dispatch.host now; its tests look here
 
 
 class ProcessRunner(Runner):

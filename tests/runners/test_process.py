@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from dispatch.host.commands import die_with_parent
 from dispatch.model import Job
 from dispatch.reasons import ABORTED_BEFORE_START, LOCK_LOST
 from dispatch.runners.base import RunContext, classify
-from dispatch.runners.process import ProcessRunner, _die_with_parent, _exited
+from dispatch.runners.process import ProcessRunner, _exited
 
 
 @pytest.mark.anyio
@@ -33,7 +34,7 @@ async def test_a_full_disk_loses_the_output_not_the_run() -> None:
 
 
 def test_a_child_whose_daemon_is_alive_runs() -> None:
-    child = subprocess.Popen(["true"], preexec_fn=partial(_die_with_parent, os.getpid()))
+    child = subprocess.Popen(["true"], preexec_fn=partial(die_with_parent, os.getpid()))
     assert child.wait(timeout=10) == 0
 
 
@@ -41,7 +42,7 @@ def test_a_child_whose_daemon_died_before_the_signal_was_armed_never_runs() -> N
     """The daemon died between the fork and the arming (the child's parent is no longer
     the daemon it was forked from): the child kills itself before exec."""
     not_the_parent = os.getpid() + 1_000_000  # no process has this pid, ours least of all
-    child = subprocess.Popen(["true"], preexec_fn=partial(_die_with_parent, not_the_parent))
+    child = subprocess.Popen(["true"], preexec_fn=partial(die_with_parent, not_the_parent))
     assert child.wait(timeout=10) == -9
 
 

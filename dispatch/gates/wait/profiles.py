@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 
 from dispatch.config.schemas import WaitProfile
 from dispatch.host.commands import CHECK, kill_group, read_capped, spawn
-from dispatch.host.text import first_line as first_line  # its tests import it from here
+from dispatch.host.text import first_line
 
 Verdict = Literal["go", "hold", "never", "fault", "aborted"]
 OUTPUT_CAP = 4096

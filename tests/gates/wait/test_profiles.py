@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dispatch.config.schemas import WaitProfile
-from dispatch.gates.wait.profiles import OUTPUT_CAP, ProfileRunner, command_problem, first_line
+from dispatch.gates.wait.profiles import OUTPUT_CAP, ProfileRunner, command_problem
+from dispatch.host.text import first_line
 
 pytestmark = pytest.mark.anyio
 
