@@ -16,7 +16,6 @@ from functools import partial
 
 import uvloop
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
@@ -25,9 +24,11 @@ from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.processor import Processor, ProcessorSettings
+from dispatch.daemon.tasks import OnStop, every, supervised
 from dispatch.daemon.worker import Worker
 from dispatch.egress.guard import EgressGuard
 from dispatch.egress.guarded import guarded
+from dispatch.errors import RedisUnavailable
 from dispatch.fleet.host_budget import HostBudget
 from dispatch.fleet.hosts import LiveHosts
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
@@ -152,7 +153,9 @@ async def _owned(owner: HostOwner, worker: Worker, stop: asyncio.Event) -> Async
         stop.set()
 
     done = asyncio.Event()
-    keeper = asyncio.create_task(owner.keep(done, lost))
+    keeper = asyncio.create_task(
+        supervised("host-name", lambda: owner.keep(done, lost), OnStop(done))
+    )
     try:
         yield
     finally:
@@ -172,7 +175,9 @@ async def _work(
 ) -> None:
     if egress is not None:
         await egress.refresh()  # before the first claim, so no job waits on the first look
-    keeper = asyncio.create_task(egress.keep(stop)) if egress is not None else None
+    keeper = None
+    if egress is not None:
+        keeper = asyncio.create_task(supervised("egress", lambda: egress.keep(stop), OnStop(stop)))
     follower = asyncio.create_task(follow_config(config, queues, stop))
     reconciler = asyncio.create_task(
         reconcile_every(settings.reconcile_s, stop, runner, settings.host, queues, worker.held)
@@ -250,22 +255,28 @@ async def follow_config(
     """When the config files change, jobs they held are checked again at once, rather than at
     their re-check time (10 minutes for newer-release, a window's old end for pause-window)."""
     last = config.current()
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
+
+    async def step() -> None:
+        nonlocal last
         current = config.current()
-        if current is last:
+        if current is not last:
+            last = current
+            await recheck_held(queues)
+
+    await every("config", every_s, step, OnStop(stop), jitter=False)
+
+
+async def recheck_held(queues: list[Queue]) -> None:
+    """Make due at once the delayed jobs of each queue that the config held."""
+    for queue in queues:
+        try:
+            ids = await queue.delayed_for(HELD_BY_CONFIG)
+            await queue.make_due(ids)
+        except RedisUnavailable as exc:  # Queue translates its faults
+            event("config_recheck_failed", queue=queue.name, error=str(exc))
             continue
-        last = current
-        for queue in queues:
-            try:
-                ids = await queue.delayed_for(HELD_BY_CONFIG)
-                await queue.make_due(ids)
-            except RedisError as exc:
-                event("config_recheck_failed", queue=queue.name, error=str(exc))
-                continue
-            if ids:
-                event("config_recheck", queue=queue.name, jobs=len(ids))
+        if ids:
+            event("config_recheck", queue=queue.name, jobs=len(ids))
 
 
 def run(settings: Settings, holder: Holder) -> None:

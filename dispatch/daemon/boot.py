@@ -33,7 +33,6 @@ are read before the runner lists its runs, and a run this process starts meanwhi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.clock import Clock
+from dispatch.daemon.tasks import OnStop, every, set_within
 from dispatch.errors import DispatchError
 from dispatch.fleet.leases import known_leases, sweep_host
 from dispatch.gates.settled import own_exit
@@ -113,7 +113,7 @@ async def boot_until_done(
         if await boot(redis, runner, host, prefix, queues, left):
             return True
         event("boot_retry", host=host, in_s=round(delay, 1))
-        if await _stopped_within(stop, delay):
+        if await set_within(stop, delay):
             break
         delay = min(delay * 2, most_s)
     return False
@@ -137,13 +137,17 @@ async def reconcile_every(
     queues: Sequence[Queue],
     held: Callable[[], Collection[Pair]],
 ) -> None:
-    """The reconcile as an upkeep loop: a fault is logged and the next round tries again."""
-    while not await _stopped_within(stop, every_s):
+    """The reconcile as an upkeep loop (`tasks.every`, until `stop`): a fault is logged and the
+    next round tries again."""
+
+    async def step() -> None:
         try:
             if not await reconcile(runner, host, queues, held):
                 event("reconcile_incomplete", host=host)
         except _FAULTS as exc:
             event("reconcile_failed", host=host, error=str(exc))
+
+    await every("reconcile", every_s, step, OnStop(stop), jitter=False)
 
 
 async def _claims(queues: Sequence[Queue]) -> set[Pair]:
@@ -164,9 +168,3 @@ async def _hand_back(queue: Queue, pairs: Sequence[Pair]) -> None:
     handed, recorded = await queue.hand_back(pairs)
     if pairs:
         event("claims_handed_back", queue=queue.name, jobs=handed, left_recorded=recorded)
-
-
-async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
-    return stop.is_set()

@@ -50,6 +50,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from dispatch.config.settings import Settings
+from dispatch.daemon.tasks import set_within
 from dispatch.errors import ConfigError, InstanceTaken, RedisUnavailable
 from dispatch.log import event
 from dispatch.queue.faults import redis_call
@@ -244,7 +245,7 @@ class HostOwner:
     async def keep(self, until: asyncio.Event, on_lost: Callable[[], object]) -> None:
         """Renew every third of the TTL until `until` is set; on loss, call `on_lost` and end."""
         period = self.ttl_ms / 3000
-        while not await _set_within(until, period):
+        while not await set_within(until, period):
             try:
                 with redis_call("host name renewal"):
                     code, raw = await self._call(b"")
@@ -272,9 +273,3 @@ class HostOwner:
             f"host name {self.host} was taken over by another daemon ({who});"
             " this one stopped its runs and exited"
         )
-
-
-async def _set_within(flag: asyncio.Event, seconds: float) -> bool:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(flag.wait(), seconds)
-    return flag.is_set()

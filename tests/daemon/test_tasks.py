@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from dispatch.daemon import tasks
-from dispatch.daemon.tasks import Lifecycle, every, supervised
+from dispatch.daemon.tasks import Lifecycle, OnStop, every, supervised
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.anyio
@@ -54,3 +54,19 @@ async def test_a_failing_step_does_not_end_the_period() -> None:
 
 async def _at_least(items: list[int], n: int) -> bool:
     return len(items) >= n
+
+
+async def test_a_loop_stopped_by_a_plain_event_runs_the_same_way() -> None:
+    """The assembly's loops end with the daemon's stop signal, seen through OnStop."""
+    stop, steps = asyncio.Event(), []
+
+    async def step() -> None:
+        steps.append(1)
+        if len(steps) == 2:
+            raise RuntimeError("boom")  # logged; the next period comes all the same
+
+    task = asyncio.create_task(every("step", 0.01, step, OnStop(stop), jitter=False))
+    await eventually(lambda: _at_least(steps, 3))
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert OnStop(stop).closing
