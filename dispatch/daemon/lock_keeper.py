@@ -59,7 +59,7 @@ class LockKeeper:
         running: Mapping[tuple[str, str], Running],
         clock: Clock,
     ) -> None:
-        self.s = settings
+        self.settings = settings
         self.redis = redis
         self.queues = queues
         self.running = running
@@ -116,7 +116,7 @@ class LockKeeper:
         try:
             locks = [(job_id, e.claim.token) for job_id, e in held.items()]
             lost, cancels = await asyncio.wait_for(
-                queue.extend(locks, self.s.lock_ms), self.s.renew_s
+                queue.extend(locks, self.settings.lock_ms), self.settings.renew_s
             )
         except (RedisUnavailable, TimeoutError) as exc:  # a fault, or no answer within the period
             event("renew_failed", queue=queue.name, error=str(exc) or type(exc).__name__)
@@ -137,6 +137,6 @@ class LockKeeper:
         event("cancel_taken", job=entry.claim.id)
         ack = queue.keys.ack(entry.claim.id)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lpush(ack, self.s.host)
+            pipe.lpush(ack, self.settings.host)
             pipe.expire(ack, 60)
             await pipe.execute()

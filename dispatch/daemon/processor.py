@@ -145,7 +145,7 @@ class Processor:
     ) -> None:
         """Without `engine_wait`, a run the engine never answered is retried as infra. With
         `local_log`, a run's record is on this host's disk before anything else is tried."""
-        self.s = settings
+        self.settings = settings
         self.runner = runner
         self.gates = list(gates)
         self.clock = clock or SystemClock()
@@ -241,11 +241,11 @@ class Processor:
         ctx = RunContext(
             job=job,
             attempt=claim.attempt,
-            host=self.s.host,
+            host=self.settings.host,
             fence=claim.token,
-            output_dir=self.s.output_dir,
+            output_dir=self.settings.output_dir,
             output_file=output_name(job.id, claim.attempt, claim.token),
-            grace_s=self.s.stop_grace_s,
+            grace_s=self.settings.stop_grace_s,
             signal=signal,
         )
         signal.before_start()
@@ -335,7 +335,7 @@ class Processor:
             abort_reason = ""  # it exited before the stop reached it: its own outcome stands
         outcome, reason = classify(result, abort_reason)
         now = self.clock.now_ms()
-        record = outcomes.run_record(claim, job, result, outcome, reason, self.s.host, now)
+        record = outcomes.run_record(claim, job, result, outcome, reason, self.settings.host, now)
         if abort_reason in HAND_BACK:  # a fault stopped it: back without spending an attempt
             return self._defer(claim, Defer(HAND_BACK[abort_reason], abort_reason), job, record)
         return self._ending_for(claim, job, result, outcome, reason, record)
@@ -350,10 +350,14 @@ class Processor:
         record: RunRecord,
     ) -> Ending:
         if outcome == INFRA and claim.attempt < job.attempts:
-            delay = min(self.s.retry_base_ms * 2 ** (claim.attempt - 1), self.s.retry_max_ms)
+            delay = min(
+                self.settings.retry_base_ms * 2 ** (claim.attempt - 1), self.settings.retry_max_ms
+            )
             retry = Defer(delay, RETRY, detail=reason)
             return self._defer(claim, retry, job, record, "retry")  # not a reason: the action
-        res = outcomes.finished(outcome, reason, result.exit_code, self.s.host, self.clock.now_ms())
+        res = outcomes.finished(
+            outcome, reason, result.exit_code, self.settings.host, self.clock.now_ms()
+        )
         return Ending("finish", encoder.encode(res), record=record)
 
     def _defer(
@@ -364,21 +368,23 @@ class Processor:
         record: RunRecord | None = None,
         action: Action = "defer",
     ) -> Ending:
-        rec = outcomes.defer_record(claim, d, job, self.s.host, self.clock.now_ms())
+        rec = outcomes.defer_record(claim, d, job, self.settings.host, self.clock.now_ms())
         event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
         cancelled = self._cancel_result(record.exit_code if record else None)
         return Ending(action, encoder.encode(rec), d.delay_ms, record, cancelled=cancelled)
 
     def _cancel_result(self, exit_code: int | None = None) -> bytes:
-        return encoder.encode(outcomes.cancelled(self.s.host, self.clock.now_ms(), exit_code))
+        return encoder.encode(
+            outcomes.cancelled(self.settings.host, self.clock.now_ms(), exit_code)
+        )
 
     def _refuse(
         self, claim: Claim, job: Job | None, r: Refuse, outcome: Outcome = POLICY
     ) -> Ending:
         now = self.clock.now_ms()
         event("job_refused", job=claim.id, reason=r.reason, why=r.sentence)
-        record = outcomes.refusal_record(claim, job, r, outcome, self.s.host, now)
-        res = outcomes.refused(outcome, r, self.s.host, now)
+        record = outcomes.refusal_record(claim, job, r, outcome, self.settings.host, now)
+        res = outcomes.refused(outcome, r, self.settings.host, now)
         return Ending("finish", encoder.encode(res), record=record)
 
     def crashed(self, claim: Claim, exc: BaseException) -> Ending:

@@ -48,7 +48,7 @@ class Upkeep:
         claims: Callable[[], Iterable[Claim]] = tuple,
         fingerprint: Callable[[], str] | None = None,
     ) -> None:
-        self.s = settings
+        self.settings = settings
         self.redis = redis
         self.clock = clock
         self.running = running
@@ -59,8 +59,8 @@ class Upkeep:
 
     async def sweep(self, queue: Queue) -> list[str]:
         """Sweep one queue; the ids put back in wait."""
-        result = outcomes.stalled(self.s.host, self.clock.now_ms())
-        requeued, failed = await queue.sweep(self.s.max_stalls, encoder.encode(result))
+        result = outcomes.stalled(self.settings.host, self.clock.now_ms())
+        requeued, failed = await queue.sweep(self.settings.max_stalls, encoder.encode(result))
         if requeued or failed:
             event("stalled_jobs_swept", queue=queue.name, requeued=requeued, failed=failed)
         await self._settle_lost(queue)
@@ -75,8 +75,8 @@ class Upkeep:
             event("budget_lost_settle_failed", queue=queue.name, error=str(exc))
 
     async def beat(self, period_s: float) -> None:
-        alive = keys.host_alive(self.s.host, self.s.prefix)
-        beat: dict[str, object] = {"host": self.s.host, "running": self.running()}
+        alive = keys.host_alive(self.settings.host, self.settings.prefix)
+        beat: dict[str, object] = {"host": self.settings.host, "running": self.running()}
         if self.fingerprint is not None:
             beat["triggers"] = self.fingerprint()
         payload = encoder.encode(beat)
@@ -85,15 +85,17 @@ class Upkeep:
         # second); the first beat, before any claim, also registers the queues
         if self._beats % 2 == 0:
             await fleet_pause.follow(
-                self.redis, self.s.prefix, self.s.queues, register=self._beats == 0
+                self.redis, self.settings.prefix, self.settings.queues, register=self._beats == 0
             )
         self._beats += 1
 
     async def prune_output(self) -> None:
         """Remove the output files older than the retention, but those of live claims."""
         live = {output_name(c.id, c.attempt, c.token) for c in self.claims()}
-        before_ms = self.clock.now_ms() - int(self.s.output_retention_s * 1000)
-        pruned = await asyncio.to_thread(prune, output_dir(self.s.state_dir), before_ms, live)
+        before_ms = self.clock.now_ms() - int(self.settings.output_retention_s * 1000)
+        pruned = await asyncio.to_thread(
+            prune, output_dir(self.settings.state_dir), before_ms, live
+        )
         if pruned.failed:
             event("output_prune_failed", files=pruned.failed, error=pruned.error)
         if pruned.removed:

@@ -64,15 +64,15 @@ class Worker:
         records: RecordLog | None = None,
         minter: Minter | None = None,
     ) -> None:
-        self.s = settings
+        self.settings = settings
         self.minter = minter
         self.redis = redis
         self.processor = processor
-        self.t = timing or Timing()
+        self.timing = timing or Timing()
         self.clock = clock or SystemClock()
         self.records = records or RecordLog(settings.state_dir)
         self.life = Lifecycle()
-        self.capacity = Capacity(settings.concurrency, self.t.batch)
+        self.capacity = Capacity(settings.concurrency, self.timing.batch)
         self.running: dict[tuple[str, str], Running] = {}
         self.idle = asyncio.Event()
         self.idle.set()
@@ -94,11 +94,11 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11
 
     def _lane(self, queue: Queue, blocking: Redis) -> Lane:
-        states = WaitStates(self.redis, self.s.prefix)
+        states = WaitStates(self.redis, self.settings.prefix)
         return Lane(
             queue,
-            self.s,
-            self.t,
+            self.settings,
+            self.timing,
             self.capacity,
             self.life,
             self.clock,
@@ -121,16 +121,16 @@ class Worker:
         gc.freeze()
         event(
             "worker_started",
-            host=self.s.host,
+            host=self.settings.host,
             queues=list(self.lanes),
-            concurrency=self.s.concurrency,
+            concurrency=self.settings.concurrency,
         )
         background = [asyncio.create_task(loop) for loop in self._loops()]
         await stop.wait()
         await self.shutdown()
         await self._close(background)
         self.records.close()
-        event("worker_stopped", host=self.s.host)
+        event("worker_stopped", host=self.settings.host)
 
     async def _start_serving(self, stop: asyncio.Event) -> bool:
         """Load the scripts, beat once (which follows the fleet's pause) and register, retried
@@ -141,8 +141,10 @@ class Worker:
             try:
                 with redis_call("start"):
                     await load_all(self.redis)
-                    await self.upkeep.beat(self.t.heartbeat_s)
-                    await self.redis.sadd(keys.hosts_registry(self.s.prefix), self.s.host)
+                    await self.upkeep.beat(self.timing.heartbeat_s)
+                    await self.redis.sadd(
+                        keys.hosts_registry(self.settings.prefix), self.settings.host
+                    )
                 await self._mint_first()
                 return True
             except RedisUnavailable as exc:
@@ -165,25 +167,32 @@ class Worker:
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
         life = self.life
         loops = [
-            every("renew", self.s.renew_s, self.locks.tick, life),
+            every("renew", self.settings.renew_s, self.locks.tick, life),
             # apart from the renewals: a hung Redis call here must never delay a lock's judgement
-            every("recover", self.s.renew_s, self._recover, life),
+            every("recover", self.settings.renew_s, self._recover, life),
             every(
-                "heartbeat", self.t.heartbeat_s, lambda: self.upkeep.beat(self.t.heartbeat_s), life
+                "heartbeat",
+                self.timing.heartbeat_s,
+                lambda: self.upkeep.beat(self.timing.heartbeat_s),
+                life,
             ),
             every(
                 "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
         ]
         if self.minter is not None:
-            loops.append(every("triggers", self.s.trigger_every_s, self.minter.tick, life))
+            loops.append(every("triggers", self.settings.trigger_every_s, self.minter.tick, life))
         for name, lane in self.lanes.items():
             loops += [
                 supervised(f"pump:{name}", lane.pump, life),
                 supervised(f"watch:{name}", lane.watch, life),
                 supervised(f"flush:{name}", lane.flights.flusher, life),
                 every(
-                    f"sweep:{name}", self.s.sweep_s, partial(self._sweep, lane), life, at_start=True
+                    f"sweep:{name}",
+                    self.settings.sweep_s,
+                    partial(self._sweep, lane),
+                    life,
+                    at_start=True,
                 ),
             ]
         return loops
@@ -206,7 +215,7 @@ class Worker:
             lane.wake.set()
             with contextlib.suppress(RedisUnavailable):
                 await lane.queue.wake()  # returns our own watcher from BZPOPMIN at once
-        _, hung = await asyncio.wait(background, timeout=self.t.block_s + 2.0)
+        _, hung = await asyncio.wait(background, timeout=self.timing.block_s + 2.0)
         for task in hung:
             task.cancel()
         if hung:
@@ -220,11 +229,11 @@ class Worker:
         for lane in self.lanes.values():
             lane.wake.set()
             lane.begin_held()  # claimed: they run (or are handed back) like the others
-        event("worker_draining", running=len(self.running), grace_s=self.s.shutdown_grace_s)
-        if not await self._idle_within(self.s.shutdown_grace_s):
+        event("worker_draining", running=len(self.running), grace_s=self.settings.shutdown_grace_s)
+        if not await self._idle_within(self.settings.shutdown_grace_s):
             for entry in self.running.values():
                 entry.signal.abort(SHUTDOWN)
-            if not await self._idle_within(self.s.stop_grace_s + UNSTOPPED_SLACK_S):
+            if not await self._idle_within(self.settings.stop_grace_s + UNSTOPPED_SLACK_S):
                 # Their claims lapse; the next boot of this host reaps what is left.
                 event("shutdown_runs_unconfirmed", jobs=[k[1] for k in self.running])
         await self._flush_all()
