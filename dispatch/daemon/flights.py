@@ -142,6 +142,8 @@ class Flights:
             return
         finally:
             lane.call_ends()
+        # From here until `_settle` hands them to the lane, what this call claimed is in none
+        # of the lane's running, pending or held claims (known: issue 25).
         refused = [item for item, ok in zip(items, oks, strict=True) if not ok]
         if refused:  # before the new claims start: one of them may be a refused job again
             await self._keep_outcomes(refused, claimed)

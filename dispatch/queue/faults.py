@@ -54,9 +54,12 @@ def translated(exc: BaseException, what: str) -> RedisUnavailable:
 
 @contextlib.contextmanager
 def redis_call(what: str) -> Iterator[None]:
-    """Raise any fault of the calls inside as RedisUnavailable (or RedisUnreachable)."""
+    """Raise any fault of the calls inside as RedisUnavailable (or RedisUnreachable); one
+    already translated (a `Queue` call's `QueueFault`) goes up as it is."""
     try:
         yield
+    except RedisUnavailable:
+        raise
     except REDIS_FAULTS as exc:
         raise translated(exc, what) from exc
 
