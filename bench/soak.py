@@ -23,7 +23,7 @@ A daemon that exits on its own is started again and counted (`daemon_exits`): a 
 
 Settings, through the daemons' ordinary environment: lock 3 s, stop grace 0.5 s, renewal
 every 0.5 s, sweep every 1 s, concurrency 8 (`--concurrency 40` runs two cohorts per daemon
-and their two flights, daemon/lane.py). `DISPATCH_MAX_STALLS` keeps its default: a stall
+and their two flights, daemon/flights.py). `DISPATCH_MAX_STALLS` keeps its default: a stall
 is a lock that lapsed, which a kill or a freeze causes for each claim of that daemon, and the
 faults issue's rule is that a fault never fails a job, so a job failed `stalled` here counts in
 `failed_for_faults`. `stalls_max` says how close the fleet came to the cap.
@@ -444,7 +444,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sleep-s", type=float, default=0.05, help="each job's body: sleep this")
     p.add_argument("--deadline-s", type=float, default=600.0, help="then the rest are lost")
     p.add_argument("--seed", type=int, default=None, help="for the kill times and targets")
-    # 32 or more: each daemon runs its jobs in two cohorts with two flights (daemon/lane.py)
+    # 32 or more: each daemon runs its jobs in two cohorts with two flights (daemon/flights.py)
     p.add_argument("--concurrency", type=int, default=8, help="slots per daemon")
     p.add_argument("--prefix", default="soak", help="key prefix (the bench's own Redis)")
     p.add_argument("--keep", action="store_true", help="keep the work dir: logs, marks")

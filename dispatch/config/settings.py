@@ -90,7 +90,7 @@ class Settings:
     container_read_only: bool = True  # the opt-out is for images that write outside /tmp, HOME
     container_pids_limit: int = 512
     container_log_size: int | None = None  # per engine log file; None: the runner's default
-    # the wait-for gate (gates/wait/gate.py); README "Waiting for a condition"
+    # the wait-for gate (gates/wait/gate.py); docs/operating/waiting.md
     wait_after_max_ms: int = 30 * 86_400_000  # an `after` further out is refused
     wait_check_slots: int = 1  # checks at once on this host (never the last job slot)
     wait_fleet_checks: int | None = None  # checks at once fleet-wide; None: unbounded

@@ -1,4 +1,4 @@
-"""The job network and its egress allow-list (README: Security).
+"""The job network and its egress allow-list (docs/operating/security.md).
 
 rules     the allow-list grammar; imports nothing of dispatch (the job model uses it)
 network   the internal bridge dispatch creates and owns

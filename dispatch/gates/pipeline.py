@@ -1,4 +1,4 @@
-"""The admission gates in the order a pickup passes them (README: "Why is my job waiting?").
+"""The admission gates in the order a pickup passes them (docs/operating/waiting.md).
 
 The dirty-tree check comes after the scope gate holds the folder: only then does a dirty
 tree mean the operator's own edits rather than a job of ours still at work in it (which would

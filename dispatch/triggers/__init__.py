@@ -7,6 +7,6 @@
     minter.py     the daemon's round: mint ahead, withdraw, catch up, stall guard
     control.py    what `dispatch triggers` and `dispatch trigger run|pause|resume` do
 
-The overlap policy is a gate (`dispatch/gates/trigger_overlap.py`). README "Triggers" has the
-operator's view.
+The overlap policy is a gate (`dispatch/gates/trigger_overlap.py`). docs/operating/triggers.md
+has the operator's view.
 """

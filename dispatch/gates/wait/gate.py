@@ -1,5 +1,5 @@
 """The wait-for gate: a job with `waitFor` waits for its `after` instant and for its profiles'
-checks to answer go (DESIGN section 4, step 6; README "Waiting for a condition").
+checks to answer go (DESIGN section 4, step 6; docs/operating/waiting.md).
 
 Order, free and determinate first: 1. refusals: superseded by a sibling whose wait cleared
      (`wait-superseded`), an `after` that does not read (`wait-unreadable`), an undeclared

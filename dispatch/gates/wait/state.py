@@ -3,7 +3,7 @@ conditions (since when, how many checks, the last answer and its first line, the
 
 One JSON string per job (`keys.wait_state`), written whole by the wait gate after each look,
 read by `dispatch why`. It is removed when the job ends: by the daemon once the job's finish
-has landed (`daemon/lane.py`), by `dispatch cancel` for a job it cancels. Its TTL is only the
+has landed (`daemon/flights.py`), by `dispatch cancel` for a job it cancels. Its TTL is only the
 backstop for an ending neither sees (a sweep failing a stalled job): a day past the longest
 any wait can last.
 """
