@@ -28,17 +28,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from dispatch.clock import Clock
+from dispatch.config.settings import Settings
+from dispatch.daemon.capacity import Capacity
+from dispatch.daemon.tasks import Lifecycle
 from dispatch.errors import BadCall, RedisUnavailable
 from dispatch.log import event
 from dispatch.queue.faults import redis_call
-from dispatch.queue.transitions import ClaimBatch, Finish
+from dispatch.queue.transitions import ClaimBatch, Finish, Queue
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import record_runs
-
-if TYPE_CHECKING:
-    from dispatch.daemon.lane import Lane
 
 FINISH_RETRY_S = 0.5
 KEEP_EVERY_S = 1.0  # a blocked outcome is tried again this often (the settled gate waits 3 s)
@@ -49,10 +50,33 @@ Kept = tuple[str, str, str, bytes]  # job id, fencing token, run id, record
 Forget = Callable[[str, Sequence[str]], Awaitable[None]]  # a queue's finished jobs' wait states
 
 
+class ClaimSide(Protocol):
+    """What the flights read and call of their lane's claim side (daemon/lane.py's `Lane`)."""
+
+    queue: Queue
+    settings: Settings
+    capacity: Capacity
+    life: Lifecycle
+    clock: Clock
+    wake: asyncio.Event
+    unsure: bool
+
+    @property
+    def name(self) -> str: ...
+
+    def accept(self, batch: ClaimBatch, want: int, sent: float) -> None: ...
+
+    def begin_held(self) -> None: ...
+
+    def call_begins(self) -> None: ...
+
+    def call_ends(self) -> None: ...
+
+
 class Flights:
     """One lane's endings on their way to Redis; `len()` is the flights under way now."""
 
-    def __init__(self, lane: Lane, records: RecordLog, forget: Forget | None = None) -> None:
+    def __init__(self, lane: ClaimSide, records: RecordLog, forget: Forget | None = None) -> None:
         self.lane = lane  # the claim side: its queue, capacity and settings are read from it
         self.records = records
         self.forget = forget
