@@ -11,9 +11,10 @@ format:  ## rewrite the code in the house format
 	.venv/bin/ruff format .
 	.venv/bin/ruff check --fix .
 
-lint:  ## ruff, as CI runs it
+lint:  ## ruff and the layering contracts, as CI runs them
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports --no-cache --no-logo
 
 typecheck:  ## mypy: strict on the package and bench, bodies checked in tests
 	.venv/bin/mypy
