@@ -66,6 +66,7 @@ from dispatch.model import (
     peek_version,
 )
 from dispatch.queue.faults import cause
+from dispatch.queue.items import MAX_DELAY_MS
 from dispatch.queue.transitions import Action, Claim
 from dispatch.reasons import (
     DOCKER_UNAVAILABLE,
@@ -368,6 +369,8 @@ class Processor:
         record: RunRecord | None = None,
         action: Action = "defer",
     ) -> Ending:
+        if d.delay_ms > MAX_DELAY_MS:  # looked at again then: a far end never refuses a batch
+            d = msgspec.structs.replace(d, delay_ms=MAX_DELAY_MS)
         rec = outcomes.defer_record(claim, d, job, self.settings.host, self.clock.now_ms())
         event("job_deferred", job=claim.id, reason=d.reason, delay_ms=d.delay_ms)
         cancelled = self._cancel_result(record.exit_code if record else None)

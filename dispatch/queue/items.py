@@ -15,6 +15,7 @@ import msgspec
 from dispatch.errors import DispatchError
 
 DAY_MS = 24 * 3_600_000
+MAX_DELAY_MS = 10 * 365 * DAY_MS  # the longest retry or deferral job_finish.lua takes
 MAX_ITEMS = 1000  # jobs or claims per script call
 # How a claim ends (lua/job_finish.lua): for good, or due again later, spending an attempt or not
 Action = Literal["finish", "retry", "defer"]  # not a reason: the script's verbs

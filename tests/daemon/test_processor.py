@@ -23,7 +23,8 @@ from dispatch.fleet.host_budget import JobSize
 from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Refuse, Release
 from dispatch.gates.settled import SettledGate
 from dispatch.model import DeferRecord, Job, Result, RunRecord, Size, WaitFor, encode_job
-from dispatch.queue.transitions import Claim
+from dispatch.queue.items import MAX_DELAY_MS, Finish, NewJob
+from dispatch.queue.transitions import Claim, Queue
 from dispatch.reasons import (
     CANCELLED,
     DIRTY_TREE,
@@ -32,6 +33,7 @@ from dispatch.reasons import (
     LEASE_LOST,
     LOCK_LOST,
     OPERATOR_CANCEL,
+    PAUSE_WINDOW,
     REDIS_UNAVAILABLE,
     SCOPE_FOLDER,
     WAIT_UNREADABLE,
@@ -504,3 +506,34 @@ async def test_an_ending_says_whether_the_job_waited(tmp_path: Path) -> None:
     job = Job(id="j2", command=["true"], wait_for=[WaitFor(after="2000-01-01T00:00:00Z")])
     waited = await processor(Runner(), [], tmp_path).process(claim_of(job), AbortSignal())
     assert (plain.waited, waited.waited) == (False, True)
+
+
+class FarWindow:
+    """A pause window whose fixed end lies decades away (`"end": "2099-12-31..."` loads)."""
+
+    name = "pause"
+
+    async def check(self, pickup: Pickup) -> Decision:
+        return Defer(75 * 365 * 24 * 3_600_000, PAUSE_WINDOW)
+
+
+async def test_a_deferral_past_the_finish_bound_is_due_at_the_bound_and_its_batch_lands(
+    redis, prefix: str, tmp_path: Path
+) -> None:
+    queue = Queue(redis, "jobs", prefix)
+    jobs = [Job(id=f"far{n}", command=["true"]) for n in range(2)]
+    await queue.enqueue([NewJob(job.id, encode_job(job)) for job in jobs])
+    batch = await queue.claim(2, "h", 30_000)
+    far, done = batch.claims
+    ending = await processor(Runner(), [FarWindow()], tmp_path).process(far, AbortSignal())
+    assert ending.action == "defer" and 0 < ending.delay_ms <= MAX_DELAY_MS
+    ran = await processor(Runner(), [], tmp_path).process(done, AbortSignal())
+    items = [
+        Finish(ending.action, far.id, far.token, ending.payload, ending.delay_ms),
+        Finish(ran.action, done.id, done.token, ran.payload, ran.delay_ms),
+    ]
+    assert await queue.finish(items) == [True, True]  # one far deferral takes no batch with it
+    due_ms = await redis.zscore(queue.keys.delayed, far.id)
+    assert due_ms == pytest.approx(batch.now_ms + MAX_DELAY_MS, abs=60_000)
+    record = msgspec.json.decode(ending.payload, type=DeferRecord)
+    assert record.reason == PAUSE_WINDOW
