@@ -27,6 +27,7 @@ from dispatch.config.schemas import PauseWindow
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HH_MM = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
+_FORGE_REPO = re.compile(r"[A-Za-z][\w.-]*:[^/\s]+/[^/\s]+")  # github:owner/name
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
@@ -87,8 +88,24 @@ def active_until(window: PauseWindow, t_ms: int) -> int | None:
     return schedule.end_covering(t_ms) if schedule is not None else None
 
 
+def _scope_problems(scope: str) -> list[str]:
+    """A scope that reads as another grammar's would pause no job: say what to write instead."""
+    if not scope:
+        return ['scope is empty; use "*", a repo, a folder or a project']
+    prefix, colon, rest = scope.partition(":")
+    if not colon or scope.startswith("/"):
+        return []
+    if prefix == "project":
+        return [f'scope {scope!r} names no job here; give the project id alone ("{rest}")']
+    if prefix == "model":
+        return [f"scope {scope!r}: pause windows take no model scope (spend caps do)"]
+    if _FORGE_REPO.fullmatch(scope):
+        return [f'scope {scope!r} names a forge; give the repo alone ("{rest}")']
+    return []  # a project id may hold a colon
+
+
 def _read(window: PauseWindow) -> tuple[Schedule | None, list[str]]:
-    problems = [] if window.scope else ['scope is empty; use "*", a repo, a folder or a project']
+    problems = _scope_problems(window.scope)
     recurring = window.from_ is not None or window.to is not None
     fixed = window.start is not None or window.end is not None
     if recurring and fixed:

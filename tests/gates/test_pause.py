@@ -324,3 +324,28 @@ def wall_covers(window: PauseWindow, t_ms: int) -> bool:
 @given(recurring.filter(lambda w: w.tz in ("UTC", "Asia/Kolkata")), instants)
 def test_a_recurring_window_matches_its_wall_clock_reading(window: PauseWindow, now: int) -> None:
     assert (active_until(window, now) is not None) == wall_covers(window, now)
+
+
+@pytest.mark.parametrize(
+    ("scope", "hint"),
+    [
+        ("github:acme/web", 'the repo alone ("acme/web")'),
+        ("gitlab:acme/web", 'the repo alone ("acme/web")'),
+        ("project:web", 'the project id alone ("web")'),
+        ("model:m1", "pause windows take no model scope"),
+    ],
+)
+def test_a_prefixed_scope_that_would_match_no_job_is_refused_with_a_hint(
+    scope: str, hint: str
+) -> None:
+    window = PauseWindow(scope=scope, from_="22:00", to="06:00")
+    problems = window_problems(window)
+    assert len(problems) == 1 and hint in problems[0], problems
+    assert scope in problems[0]
+    assert not applies(window, FORGE, "web")  # as loaded today, it pauses nothing
+
+
+def test_a_project_id_with_a_colon_that_names_no_repo_is_still_a_project() -> None:
+    window = PauseWindow(scope="team:web", from_="22:00", to="06:00")
+    assert window_problems(window) == []
+    assert applies(window, FORGE, "team:web")
