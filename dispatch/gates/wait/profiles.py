@@ -31,6 +31,7 @@ from dispatch.host.text import first_line
 Verdict = Literal["go", "hold", "never", "fault", "aborted"]
 OUTPUT_CAP = 4096
 REAP_S = 5.0  # after a kill, how long the pipes may take to close
+OUTPUT_GRACE_S = 0.2  # after the check's exit, how long its output may stay open
 _BY_CODE: dict[int, Verdict] = {0: "go", 3: "hold", 2: "never"}
 # what `dispatch why` calls each verdict
 ANSWERS: dict[Verdict, str] = {
@@ -113,11 +114,24 @@ class ProfileRunner:
 
 
 async def _finish(proc: asyncio.subprocess.Process) -> tuple[int, bytes, bytes]:
+    """The check's exit and what it printed. The answer is the exit: a child it left behind
+    holding its output is given a moment to let go, then killed with the group."""
     assert proc.stdout is not None and proc.stderr is not None
-    out, err, code = await asyncio.gather(
-        read_capped(proc.stdout, OUTPUT_CAP), read_capped(proc.stderr, OUTPUT_CAP), proc.wait()
-    )
-    return code, out, err
+    readers = [
+        asyncio.ensure_future(read_capped(stream, OUTPUT_CAP))
+        for stream in (proc.stdout, proc.stderr)
+    ]
+    try:
+        code = await proc.wait()
+        _, held = await asyncio.wait(readers, timeout=OUTPUT_GRACE_S)
+        if held:
+            kill_group(proc.pid)  # the pipes close with the group
+            await asyncio.wait(held, timeout=REAP_S)
+        out, err = (r.result() if r.done() and not r.cancelled() else b"" for r in readers)
+        return code, out, err
+    finally:
+        for reader in readers:
+            reader.cancel()
 
 
 def _answer(code: int, out: bytes, err: bytes) -> Answer:

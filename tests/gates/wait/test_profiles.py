@@ -125,3 +125,10 @@ def _alive(pid: int) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+async def test_a_check_is_answered_at_its_exit_though_a_child_still_holds_its_output() -> None:
+    # exits 0 at once, leaving a background child with the check's stdout and stderr open
+    profile = WaitProfile(command=["sh", "-c", "echo ready; sleep 60 & exit 0"], timeout_ms=4_000)
+    answer = await ask(profile)
+    assert (answer.verdict, answer.line) == ("go", "ready")
