@@ -1,9 +1,10 @@
 """Trigger-overlap gate: a trigger with `overlap: skip` starts no occurrence while the job of
-its previous occurrence (or of a `dispatch trigger run`) still waits or runs.
+any earlier occurrence (or of a `dispatch trigger run`) still waits or runs.
 
 It is decided here, at pickup, because occurrences are minted ahead (dispatch/triggers/): when
-an occurrence's job was made, its predecessor had not even started. The predecessor is the
-trigger's minted job with the latest instant before this one's; a job that is no trigger's,
+an occurrence's job was made, its predecessor had not even started. Every minted job with an
+earlier instant that the store keeps is looked at, in one round trip: the one just before may
+itself have been skipped while an older one runs on. A job that is no trigger's,
 a manual run, or one whose trigger is gone from the file or says `overlap: allow` is admitted.
 The skip is a refusal (`trigger-overlap`, not retried), counted on the trigger's `skipped`.
 """
@@ -18,7 +19,7 @@ from dispatch.log import event
 from dispatch.model import iso
 from dispatch.reasons import TRIGGER_OVERLAP
 from dispatch.triggers.spec import dedup_origin
-from dispatch.triggers.store import TriggerStore
+from dispatch.triggers.store import KEEP, Minted, TriggerStore
 
 
 class TriggerOverlapGate:
@@ -37,11 +38,8 @@ class TriggerOverlapGate:
         trigger = next((t for t in pickup.config.triggers if t.id == origin.trigger), None)
         if trigger is None or trigger.overlap != "skip":
             return ADMIT
-        before = await self.store.recent(origin.trigger, origin.at_ms - 1, 1)
-        if not before or before[0].job_id == pickup.job.id:
-            return ADMIT
-        previous = before[0]
-        if not await self.store.live(previous):
+        previous = await self._running_before(origin.trigger, origin.at_ms, pickup.job.id)
+        if previous is None:
             return ADMIT
         at = iso(origin.at_ms)
         await self.store.note_skipped(origin.trigger, 1, f"{at} overlap with {previous.job_id}")
@@ -56,3 +54,10 @@ class TriggerOverlapGate:
             f"trigger {origin.trigger}'s previous job {previous.job_id} still waits or runs, so"
             f" its occurrence at {at} is skipped (overlap: skip)",
         )
+
+    async def _running_before(self, tid: str, at_ms: int, job_id: str) -> Minted | None:
+        """The newest earlier occurrence (every one the store keeps) whose job still waits or
+        runs: a skipped occurrence ended, and must not hide a long one still running."""
+        before = [m for m in await self.store.recent(tid, at_ms - 1, KEEP) if m.job_id != job_id]
+        lives = await self.store.lives(before)
+        return next((m for m, live in zip(before, lives, strict=True) if live), None)

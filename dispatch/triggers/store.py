@@ -158,12 +158,17 @@ class TriggerStore:
 
     async def live(self, m: Minted) -> bool:
         """Whether the job still waits or runs (known, and not finished)."""
-        k = keys.queue_keys(m.queue, self.prefix)
+        return (await self.lives([m]))[0]
+
+    async def lives(self, minted: Sequence[Minted]) -> list[bool]:
+        """`live` for each, in one round trip."""
         async with self.redis.pipeline(transaction=False) as p:
-            p.hexists(k.data, m.job_id)
-            p.zscore(k.done, m.job_id)
-            known, done = await p.execute()
-        return bool(known) and done is None
+            for m in minted:
+                k = keys.queue_keys(m.queue, self.prefix)
+                p.hexists(k.data, m.job_id)
+                p.zscore(k.done, m.job_id)
+            r = await p.execute()
+        return [bool(r[i]) and r[i + 1] is None for i in range(0, len(r), 2)]
 
     async def set_fields(self, tid: str, **fields: str | int) -> None:
         await self.redis.hset(keys.trigger_state(tid, self.prefix), mapping=_mapping(fields))

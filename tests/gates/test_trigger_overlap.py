@@ -66,3 +66,20 @@ async def test_a_manual_run_counts_as_the_previous_job(redis, prefix) -> None:
     # the manual run was minted at the server's now: before both occurrences of tomorrow
     decision = await TriggerOverlapGate(redis, prefix).check(pickup_of(first, config=snapshot))
     assert isinstance(decision, Refuse)
+
+
+async def test_an_occurrence_is_skipped_while_any_earlier_one_runs_not_only_the_last(
+    redis, prefix
+) -> None:
+    clock = FakeClock((int(time.time()) // 60 + 24 * 60) * 60_000 + 5_000)
+    config = Config(trigger("t", "* * * * *", overlap="skip"))
+    await minter(redis, prefix, clock, config, every_s=180).tick()
+    data = keys.queue_keys("jobs", prefix).data
+    ids = sorted(await job_ids(redis, prefix))
+    first, second, third = [decode_job(await redis.hget(data, i)) for i in ids[:3]]
+    gate = TriggerOverlapGate(redis, prefix)
+    assert await gate.check(pickup_of(first, config=config.snapshot)) == ADMIT  # runs long
+    assert isinstance(await gate.check(pickup_of(second, config=config.snapshot)), Refuse)
+    await redis.zadd(keys.queue_keys("jobs", prefix).done, {second.id: 1})  # skipped: it ended
+    decision = await gate.check(pickup_of(third, config=config.snapshot))
+    assert isinstance(decision, Refuse) and first.id in decision.sentence
