@@ -16,8 +16,10 @@ later time stamp: 2 s where stamps are whole seconds, 0.1 s where they are finer
 (ext4, xfs, btrfs, tmpfs: ten ticks of the kernel's coarse clock at the least). On FAT the
 mode never matches, so every directory is listed.
 
-A file that does not parse, or holds a negative or non-finite number, is a malformed report:
-logged, and the run is charged its reserved amount, as with no report.
+A file that does not parse, or holds a number that is negative, not finite or past its bound
+(costUsd 10^9 dollars, each token count 2^50: the micro-dollars and the tokens' sum stay below
+2^53, the largest integer the settle script takes), is a malformed report: logged, and the run
+is charged its reserved amount, as with no report.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from dispatch.log import event
 from dispatch.spend.plan import micro
 
 MAX_BYTES = 64 * 1024
+MAX_USD = 1e9  # 10^15 micro-dollars
+MAX_TOKENS = 2**50  # per count: input + output is at most 2^51
 SETTLED_S = 2.0  # a report dir unchanged this long when lent is judged by one fstat after
 FINE_SETTLED_S = 0.1  # the same where time stamps are finer than 10 ms
 # a descriptor that only names the directory: its fstat skips the path walk that makes up two
@@ -238,10 +242,10 @@ def parse(raw: bytes, job_id: str) -> Usage:
     except msgspec.DecodeError as exc:
         return _malformed(job_id, str(exc))
     usd, tokens = report.cost_usd, report.tokens
-    if usd is not None and not (math.isfinite(usd) and 0 <= usd <= 1e9):
-        return _malformed(job_id, "costUsd must be a finite number, 0 or more")
-    if tokens is not None and (min(tokens.input, tokens.output) < 0 or tokens.input > 2**50):
-        return _malformed(job_id, "tokens must be counts, 0 or more")
+    if usd is not None and not (math.isfinite(usd) and 0 <= usd <= MAX_USD):
+        return _malformed(job_id, f"costUsd must be a finite number, 0 to {MAX_USD:.0f}")
+    if tokens is not None and not all(0 <= n <= MAX_TOKENS for n in (tokens.input, tokens.output)):
+        return _malformed(job_id, f"tokens must be counts, 0 to {MAX_TOKENS} each")
     return Usage(
         usd_micro=None if usd is None else micro(usd),
         tokens=None if tokens is None else tokens.input + tokens.output,

@@ -22,6 +22,7 @@ from dispatch.reasons import IMAGE_MISSING
 from dispatch.runners.base import AbortSignal, Runner
 from dispatch.runners.docker import DockerClient, DockerRunner, DockerSettings
 from dispatch.runners.process import ProcessRunner
+from dispatch.spend import usage_report
 from dispatch.spend.ledger import SpendLedger
 from dispatch.spend.plan import MICRO
 from dispatch.spend.windows import window
@@ -94,16 +95,41 @@ async def test_each_run_gets_its_own_report_name_in_a_reused_dir(tmp_path: Path,
     assert first.parent == second.parent and first.name != second.name
 
 
-@pytest.mark.parametrize("report", ["", "not json", '{"costUsd": -1}', '{"tokens": 5}'])
+OUT_OF_BOUND = [
+    '{"tokens": {"output": 1152921504606846976}}',  # 2^60: the settle would be a bad call
+    '{"tokens": {"input": 1, "output": 100000000000000000000000}}',
+    '{"costUsd": 0.5, "tokens": {"input": 1125899906842625}}',  # 2^50 + 1
+    '{"costUsd": 1000000001}',
+]
+
+
+@pytest.mark.parametrize(
+    "report", ["", "not json", '{"costUsd": -1}', '{"tokens": 5}', *OUT_OF_BOUND]
+)
 async def test_no_report_or_a_malformed_one_settles_at_the_reserved_amount(
-    tmp_path: Path, ledger: SpendLedger, report: str
+    tmp_path: Path, ledger: SpendLedger, report: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    logged: list[str] = []
+    monkeypatch.setattr(usage_report, "event", lambda name, **_: logged.append(name))
     command = reporting(report) if report else ["/bin/true"]
     job = Job(id="j1", command=command)
     p = processor(tmp_path, ledger, ProcessRunner(), maxCostUsd=2)  # the settings' default cap
     record = await run(p, ledger, job)
     assert (record.budget_reserved, record.cost_usd, record.tokens) == (True, 2.0, None)
     assert await counter(ledger, "usd") == (2 * MICRO, 0)
+    assert await counter(ledger, "runs") == (1, 0)
+    assert logged == (["usage_report_malformed"] if report else [])
+
+
+async def test_the_largest_report_in_bounds_settles_in_full(tmp_path: Path, ledger) -> None:
+    report = (
+        '{"costUsd": 1000000000, "tokens": {"input": 1125899906842624, "output": 1125899906842624}}'
+    )
+    job = Job(id="j1", command=reporting(report), max_cost_usd=2)
+    record = await run(processor(tmp_path, ledger, ProcessRunner()), ledger, job)
+    assert (record.cost_usd, record.tokens) == (1e9, 2**51)
+    assert await counter(ledger, "usd") == (10**15, 0)
+    assert await counter(ledger, "tokens") == (2**51, 0)
 
 
 async def test_a_report_path_written_as_a_link_is_not_followed(tmp_path: Path, ledger) -> None:
