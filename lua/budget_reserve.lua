@@ -2,7 +2,8 @@
 --[[ budget_reserve: check every spend counter of one job and reserve in all of them, or in none.
 KEYS[1]  reservation  hash  counter key -> "<metric> <amount> <expire_at_ms>" (the record)
 KEYS[2]  open         zset  reservation id -> 0, every unsettled reservation
-KEYS[3]  counter      hash  used, held; KEYS[3..] repeat once per counter (no key twice)
+KEYS[3]  counter      hash  used, held; KEYS[3..] repeat once per counter (no key twice,
+                            none the same as KEYS[1] or KEYS[2])
 ARGV[1]  id           str   reservation id "<queue>|<job>|<attempt>|<token>"
 ARGV[2]  ttl_ms       int   >= 1; how long the record lives unsettled
 ARGV[3]  urgent       int   1: the soft-hold band may be used; 0: it may not
@@ -18,7 +19,8 @@ Returns  {1} reserved in every counter
          used at the cap) or 'soft' (the same against soft, for a job that is not urgent).
          Any counter's 'cap' comes before any counter's 'soft'.
 Errors   -4 bad input (counts, an empty id, a number that is not an integer in range, an
-         unknown metric, tokens with an amount, soft above cap, a key twice); nothing is written
+         unknown metric, tokens with an amount, soft above cap, a key twice, KEYS[1] or
+         KEYS[2] among the counters); nothing is written
 ]]
 
 local function int_arg(text, low)  -- plain digits (a sign only for -1): no 1e3, 0x10, ' 5'
@@ -34,7 +36,8 @@ if n < 1 or #ARGV ~= 3 + 5 * n then return -4 end
 local ttl, urgent = int_arg(ARGV[2], 1), int_arg(ARGV[3], 0)
 if ARGV[1] == '' or not ttl or not urgent or urgent > 1 then return -4 end
 
-local counters, seen = {}, {}
+if KEYS[1] == KEYS[2] then return -4 end
+local counters, seen = {}, {[KEYS[1]] = true, [KEYS[2]] = true}
 for i = 1, n do
   local at = 3 + 5 * (i - 1)
   local c = {metric = ARGV[at + 1], amount = int_arg(ARGV[at + 2], 0),

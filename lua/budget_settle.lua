@@ -10,8 +10,9 @@ ARGV[4]  tokens       int   settle: tokens the run reported (0 when none)
 Returns  1 closed now: held amounts released; settle also charges 1 run to each run counter,
          usd (or the reserved amount) to each dollar counter, tokens to each token counter
          0 already closed (or never reserved): nothing changed but dropping a stale open entry
-Errors   -4 bad input (counts, mode, numbers, KEYS other than the record's counters); nothing
-         is written
+Errors   -4 bad input (counts, mode, numbers, a key twice, KEYS other than the record's
+         counters); nothing is written. All is checked before the first write, a record or
+         none; with none, the counters cannot be matched to it, only checked distinct
 The record is deleted in the same step that charges it, so a settle and a refund, or two
 settles (the run's own and the sweep's), can never both charge: the second finds no record.
 A counter whose window ended longer ago than its margin is written and removed at once.
@@ -29,6 +30,11 @@ local mode, usd, tokens = ARGV[2], int_arg(ARGV[3], -1), int_arg(ARGV[4], 0)
 if ARGV[1] == '' or (mode ~= 'settle' and mode ~= 'refund') or not usd or not tokens then
   return -4
 end
+local seen = {}  -- no key twice: no counter that is the record or the open set
+for _, key in ipairs(KEYS) do
+  if seen[key] then return -4 end
+  seen[key] = true
+end
 
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then
@@ -44,7 +50,6 @@ for i = 3, #KEYS do
   if not entry then return -4 end
   local metric, amount, expire_at = string.match(entry, '^(%a+) (%d+) (%d+)$')
   if not metric then return -4 end
-  record[KEYS[i]] = nil  -- a key given twice finds nothing the second time
   counters[i] = {metric = metric, amount = tonumber(amount), expire_at = tonumber(expire_at)}
 end
 

@@ -190,6 +190,34 @@ async def test_closing_an_unknown_reservation_drops_only_its_stale_open_entry(b:
     assert await b.redis.zcard(b.k.open) == 0
 
 
+async def test_closing_an_unknown_reservation_checks_its_keys_before_any_write(b: B) -> None:
+    """Regression: with no record the stale open entry was dropped before KEYS[3..] were
+    looked at, so a call refused with a record was answered 0 (and wrote) without one."""
+    gone = "jobs|gone|1|h:9"
+    await b.redis.zadd(b.k.open, {gone: 0})
+    before = await b.snapshot()
+    res, runs = b.k.reservation(gone), b.counter("runs:*:d")
+    for keys in (
+        [res, b.k.open, b.k.open],  # a counter that is the open set
+        [res, b.k.open, res],  # or the record
+        [res, b.k.open, runs, runs],  # a counter twice
+        [res, res],  # the record as the open set
+    ):
+        assert await b.settle(gone, [], keys=keys) == BAD, keys
+        assert await b.snapshot() == before, keys
+    assert await b.settle(gone, ["runs:*:d"]) == 0
+    assert await b.redis.zcard(b.k.open) == 0
+
+
+async def test_a_reserve_naming_its_record_or_open_set_as_a_counter_writes_nothing(b: B) -> None:
+    await b.reserve("jobs|x|1|h:1", [RUNS])  # something to keep, and an open set
+    before = await b.snapshot()
+    res = b.k.reservation(RID)
+    for keys in ([res, b.k.open, res], [res, b.k.open, b.k.open], [res, res, b.counter("r")]):
+        assert await b.reserve(RID, [RUNS], keys=keys) == BAD, keys
+        assert await b.snapshot() == before, keys
+
+
 @pytest.mark.parametrize(
     "args",
     [
