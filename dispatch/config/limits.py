@@ -107,9 +107,16 @@ def _usd_problem(name: str, value: float | None, *, zero_ok: bool) -> str:
 
 
 def _pct_problem(pct: float | None) -> list[str]:
-    if pct is None or (math.isfinite(pct) and 0 <= pct < 100):
+    if pct is None or (math.isfinite(pct) and 0 < pct < 100):
         return []
-    return ["softHoldPct must be from 0 to below 100"]
+    if pct == 0:  # no band in the old reading; here it would hold every job that is not urgent
+        return [
+            "softHoldPct is where the band starts, in percent of the cap: 0 holds every job; "
+            "leave it out for no band"
+        ]
+    return [
+        "softHoldPct must be above 0 and below 100 (where the band starts, in percent of the cap)"
+    ]
 
 
 def overlay_problems(overlay: Overlay) -> list[str]:

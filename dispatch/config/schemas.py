@@ -82,7 +82,7 @@ class Overlay(_Row):
     job_cpus: float | None = None
     max_cost_usd: float | None = None  # a job's dollar cap when it names none
     budget_tz: str = "UTC"  # where spend windows turn (day, ISO week, month)
-    soft_hold_pct: float | None = None  # the soft-hold band of every cap, percent
+    soft_hold_pct: float | None = None  # where every cap's soft-hold band starts, percent
 
 
 class WaitProfile(_Row):

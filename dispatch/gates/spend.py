@@ -7,7 +7,7 @@ checked and reserved in ONE script call, all or nothing (`dispatch/spend/`).
 - Over a cap: refused, nothing counted: `over-budget` (a run cap of the `*` row), `scope-cap`
   (a run cap of any other row), `dollar-cap`, `daily-token-cap`. The sentence names the
   window, the ledger (a folder by its base name) and the cap.
-- Inside a soft-hold band (`softHoldPct` below a cap) and not urgent: deferred `soft-hold`
+- Inside a soft-hold band (from `softHoldPct` percent of a cap) and not urgent: deferred `soft-hold`
   until that window turns.
 
 Last, after the host budget and the dirty-tree check: nothing is reserved for a job those

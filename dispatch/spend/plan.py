@@ -120,8 +120,10 @@ def matches(scope: Scope, subject: Subject) -> bool:
 
 
 def soft_of(cap: int, pct: float | None) -> int:
-    """Where the band of `pct` percent below `cap` starts (the band is rounded down)."""
-    return cap - math.floor(cap * (pct or 0) / 100)
+    """Where the soft-hold band starts: at `pct` percent of `cap`, rounded down (the
+    reference's `softHoldPct`: cap 10 at 80 runs 8 and holds the 9th and 10th); no band
+    without a percent."""
+    return cap if pct is None else math.floor(cap * pct / 100)
 
 
 def counters(

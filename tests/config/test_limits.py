@@ -71,6 +71,7 @@ def test_every_field_with_an_example_loads(tmp_path: Path, files: ConfigFiles) -
         ({"scope": "acme/api", "weekUsd": 2e9}, "weekUsd must be a number 0 or more, at most"),
         ({"scope": "acme/api", "dailyTokens": -3}, "dailyTokens must be 0 or more"),
         ({"scope": "acme/api", "softHoldPct": 100}, "softHoldPct"),
+        ({"scope": "acme/api", "softHoldPct": 0}, "leave it out for no band"),
         ({"scope": "acme/api", "softHoldPct": -1}, "softHoldPct"),
         ({"scope": "model:x", "concurrent": 3}, "concurrent applies to a repo or folder row only"),
         ({"scope": "project:api", "concurrent": 3}, "concurrent applies"),

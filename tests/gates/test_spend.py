@@ -150,7 +150,8 @@ async def test_the_token_cap_is_checked_before_and_recorded_after(gate, ledger) 
 
 
 async def test_the_soft_band_defers_until_the_window_turns_unless_urgent(gate, clock) -> None:
-    rows = [{"scope": "acme/web", "day": 10, "softHoldPct": 20}]
+    # the reference's meaning: the band starts at 80% of the cap (cap 10: 8 run, 9 and 10 wait)
+    rows = [{"scope": "acme/web", "day": 10, "softHoldPct": 80}]
     for _ in range(8):
         assert await gate.check(pickup(rows)) == ADMIT
     decision = await gate.check(pickup(rows, budgetTz="Europe/Amsterdam"))
