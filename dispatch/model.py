@@ -38,6 +38,7 @@ MAX_JOB_BYTES = 64 * 1024
 DEFAULT_ATTEMPTS = 3
 DEFAULT_TIMEOUT_MS = 30 * 60 * 1000
 MAX_JOB_USD = 1_000_000
+MIN_JOB_USD = 0.000001  # one micro-dollar: the spend ledgers count whole ones
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
@@ -250,8 +251,10 @@ def _text_problems(job: Job, nul_free: bool) -> list[str]:
 
 def cost_problems(usd: float | None) -> list[str]:
     # a finite amount above 0: a job that may spend nothing, or an unbounded amount, is no cap
-    if usd is None or (math.isfinite(usd) and 0 < usd <= MAX_JOB_USD):
+    if usd is None or (math.isfinite(usd) and MIN_JOB_USD <= usd <= MAX_JOB_USD):
         return []
+    if math.isfinite(usd) and 0 < usd < MIN_JOB_USD:  # it would reserve $0: no cap at all
+        return [f"maxCostUsd must be at least {MIN_JOB_USD:f} (a micro-dollar, the ledgers' unit)"]
     return [f"maxCostUsd must be above 0 and at most {MAX_JOB_USD:.0f}"]
 
 

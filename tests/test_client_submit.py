@@ -69,6 +69,7 @@ BAD_JOBS = {
     "attempts zero": {"attempts": 0},
     "timeout too short": {"timeout_ms": 10},
     "oversize": {"command": ["x" * MAX_JOB_BYTES]},
+    "cap under a micro-dollar": {"max_cost_usd": 4e-7},  # was reserved as $0
 }
 
 

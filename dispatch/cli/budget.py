@@ -23,7 +23,11 @@ Adder = Callable[..., argparse.ArgumentParser]
 
 
 def add_submit_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-cost-usd", type=float, help="this job's dollar cap, reserved at start")
+    p.add_argument(
+        "--max-cost-usd",
+        type=float,
+        help="this job's dollar cap, reserved at start: 0.000001 (a micro-dollar) to 1000000",
+    )
     p.add_argument("--urgent", action="store_true", help="may start inside a cap's soft-hold band")
 
 

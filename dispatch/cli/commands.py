@@ -92,6 +92,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.secrets.detect import warning
 
     job = _job_from_args(args, settings)
+    waits.check_afters(job, int(time.time() * 1000), settings.wait_after_max_ms)
     due_ms, delay_ms = inputs.parse_after(args.after)
     window = inputs.duration("--dedup-window", args.dedup_window)
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import NoReturn
 
 from dispatch.config.units import (
+    MAX_DURATION_MS,
     MAX_JOB_CPUS,
     format_memory,
     parse_cpus,
@@ -101,7 +103,11 @@ def parse_after(text: str | None) -> tuple[int, int]:
         ) from None
     if instant.tzinfo is None:
         raise UsageError(f"--after {shown(text)}: give a timezone (Z or +01:00)")
-    return int(instant.timestamp() * 1000), 0
+    due_ms = int(instant.timestamp() * 1000)
+    # job_enqueue's own bound (by the server's clock): said here, not as a bad call
+    if due_ms > time.time() * 1000 + MAX_DURATION_MS:
+        raise UsageError(f"--after {shown(text)}: at most 10 years from now")
+    return due_ms, 0
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -13,8 +13,9 @@ import msgspec
 from dispatch.client import JobView
 from dispatch.config.settings import parse_duration_ms
 from dispatch.errors import ConfigError, InvalidJob
+from dispatch.gates.wait.refusals import span
 from dispatch.gates.wait.state import WaitState
-from dispatch.model import instant_ms, iso
+from dispatch.model import Job, instant_ms, iso
 
 # -- submit --wait-for ------------------------------------------------------------------------
 
@@ -48,6 +49,18 @@ def _condition(value: str, now_ms: int) -> dict[str, str]:
     if instant_ms(text) is None:
         raise InvalidJob(f"--wait-for {value!r}: give an ISO-8601 instant with an offset")
     return {"after": text}
+
+
+def check_afters(job: Job, now_ms: int, max_ms: int) -> None:
+    """Refuse at submit an `after` the wait gate would refuse at pickup: further out than
+    DISPATCH_WAIT_AFTER_MAX (this host's setting; the daemons read the same variable)."""
+    for w in job.wait_for:
+        at = instant_ms(w.after) if w.after else None
+        if at is not None and at - now_ms > max_ms:
+            raise InvalidJob(
+                f"waitFor after {w.after!r} is further out than DISPATCH_WAIT_AFTER_MAX"
+                f" ({span(max_ms)})"
+            )
 
 
 # -- jobs --reason ----------------------------------------------------------------------------

@@ -53,6 +53,36 @@ def test_bad_submit_input(env: dict[str, str], args: list[str]) -> None:
     refused(dispatch(env, *args), env)
 
 
+@pytest.mark.parametrize(
+    ("args", "bound"),
+    [
+        # a cap under a micro-dollar, the ledgers' unit, was reserved as $0
+        (["--max-cost-usd", "0.0000004"], "at least 0.000001"),
+        # refused by job_enqueue as a bad call, in the generic line
+        (["--after", "2100-01-01T00:00:00Z"], "10 years"),
+        # accepted, then refused wait-after-beyond-max at pickup
+        (["--wait-for", "after=9999-12-31T00:00:00Z"], "DISPATCH_WAIT_AFTER_MAX (30d)"),
+        (["--wait-for", "after=+31d"], "DISPATCH_WAIT_AFTER_MAX (30d)"),
+    ],
+)
+def test_a_value_past_a_bound_is_refused_at_submit_naming_it(
+    env: dict[str, str], args: list[str], bound: str
+) -> None:
+    done = dispatch(env, "submit", *args, "--", "true")
+    refused(done, env)
+    assert bound in done.stderr, done.stderr
+
+
+def test_a_value_at_a_bound_is_submitted(env: dict[str, str]) -> None:
+    for args in (
+        ["--max-cost-usd", "0.000001"],
+        ["--after", "+3650d"],
+        ["--wait-for", "after=+30d"],
+    ):
+        done = dispatch(env, "submit", *args, "--", "true")
+        assert done.returncode == 0, (args, done.stderr)
+
+
 def test_a_local_document_on_the_shared_queue_is_refused(env: dict[str, str]) -> None:
     doc = {"id": "loc-1", "kind": "local", "folder": "/srv/site", "command": ["true"]}
     refused(dispatch(env, "submit", "--json", "-", stdin=json.dumps(doc).encode()), env)
