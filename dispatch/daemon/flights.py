@@ -100,9 +100,7 @@ class Flights:
             await self.flush_now.wait()
             self.flush_now.clear()
             # A flight carries one cohort's endings at most, taken now: endings of two cohorts
-            # that met here go out as two flights, each claiming one cohort again. (Known: a
-            # flight whose `finally` sets `flush_now` while its task is still counted here
-            # launches nothing, and what is pending waits for the next ending: issue 25.)
+            # that met here go out as two flights, each claiming one cohort again.
             while self.pending and len(self.under_way) < MAX_FLIGHTS:
                 flight = loop.create_task(self._flight(self._next_cohort()))
                 self.under_way.add(flight)
@@ -122,8 +120,12 @@ class Flights:
             event(
                 "task_failed", task=f"flush:{self.lane.name}", error=f"{type(exc).__name__}: {exc}"
             )
-        finally:  # what ended meanwhile goes next
-            if self.pending:
+        finally:
+            # Counted out before the flusher is woken: it runs before this task's done
+            # callbacks, and two flights landing in one step would otherwise find both still
+            # under way and launch nothing, leaving what ended meanwhile for another ending.
+            self.under_way.discard(asyncio.current_task())
+            if self.pending:  # what ended meanwhile goes next
                 self.flush_now.set()
 
     async def landed(self, timeout_s: float) -> None:

@@ -270,3 +270,55 @@ class ClaimingMeanwhile(Queue):
             self.first = False
             await self.lane.claim()
         return await super().claims_of(host)
+
+
+class HeldQueue(Queue):
+    """The real queue, whose finish-and-claim replies are held until the test lets them go."""
+
+    def __init__(self, redis: Redis, name: str, prefix: str) -> None:
+        super().__init__(redis, name, prefix)
+        self.held = 0
+        self.release = asyncio.Event()
+
+    async def finish_and_claim(
+        self, items: Sequence[Finish], count: int, host: str, lock_ms: int
+    ) -> tuple[list[bool], ClaimBatch]:
+        reply = await super().finish_and_claim(items, count, host, lock_ms)
+        self.held += 1
+        await self.release.wait()  # every held reply is read in the step the test lets go
+        return reply
+
+
+async def test_endings_that_arrive_while_both_flights_fly_leave_when_both_land_in_one_step(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Both flights' replies read in one loop step: the endings that came meanwhile go out at
+    once, not when some other job ends (their claims are renewed by no one while they wait)."""
+    lane, started = cohort_lane(redis, prefix, tmp_path)
+    lane.queue = queue = HeldQueue(redis, "jobs", prefix)
+    await queue.enqueue([NewJob(f"j{i:03}", b"{}") for i in range(140)])
+    await lane.claim()
+    await lane.claim()
+    lane.begin_held()
+    assert len(started) == 64
+    late = (await queue.claim(6, "h1", 60_000)).claims  # run elsewhere in the lane's name
+    lane.capacity.adjust(-len(late))  # the slots their claims hold
+    flusher = asyncio.create_task(lane.flights.flusher())
+    try:
+        for claim in started[:64]:
+            lane.end(Finish("finish", claim.id, claim.token, b"{}"), None)
+        await eventually(lambda: _is(queue.held == 2))
+        for claim in late:
+            lane.end(Finish("finish", claim.id, claim.token, b"{}"), None)
+        queue.release.set()
+        done = queue.keys.result
+        ids = [c.id for c in late]
+        assert await eventually(lambda: _all_in(redis, done, ids), timeout=5)
+    finally:
+        lane.life.close()
+        lane.flights.flush_now.set()
+        await asyncio.wait_for(flusher, 5)
+
+
+async def _all_in(redis: Redis, key: str, ids: list[str]) -> bool:
+    return all(await asyncio.gather(*(redis.hexists(key, i) for i in ids)))
