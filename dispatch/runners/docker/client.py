@@ -16,8 +16,9 @@ but not reading: they last as long as the container runs, and the runner bounds 
 
 Errors are translated here and nowhere else (see `dispatch.runners.docker.errors`): httpx transport
 errors become `DockerUnavailable` (`DockerTimeout` for timeouts), 404 becomes the missing
-thing's error, 409 `ContainerConflict`, anything else non-2xx `DockerApiError`. A 304 (already
-started, already stopped) counts as success: the container is where the caller wanted it.
+thing's error, 409 `ContainerConflict` (`ContainerNotRunning` when the container is not
+running), anything else non-2xx `DockerApiError`. A 304 (already started, already stopped) counts
+as success: the container is where the caller wanted it; `stop` says which of the two it was.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dispatch.errors import ConfigError
 from dispatch.runners.docker.errors import (
     ContainerConflict,
     ContainerNotFound,
+    ContainerNotRunning,
     DockerApiError,
     DockerError,
     DockerTimeout,
@@ -51,6 +53,7 @@ MAX_API = (1, 43)  # what this client was written against; newer engines speak i
 Json = dict[str, Any]
 
 _FRAME = struct.Struct(">BxxxI")  # multiplexed log frame: stream id, 3 pad bytes, size
+_NOT_RUNNING = "is not running"  # the engine's 409 to a kill of a container that exited
 
 
 def resolve_host(host: str | None = None) -> str:
@@ -108,6 +111,8 @@ def _check(resp: httpx.Response, missing: type[DockerError]) -> None:
     if resp.status_code == 404:
         raise missing(message)
     if resp.status_code == 409:
+        if _NOT_RUNNING in message:
+            raise ContainerNotRunning(message)
         raise ContainerConflict(message)
     raise DockerApiError(resp.status_code, message)
 
@@ -296,14 +301,17 @@ class DockerClient:
         finally:
             await resp.aclose()
 
-    async def stop(self, container: str, grace_s: float) -> None:
-        """SIGTERM, then SIGKILL after the grace; returns once the container has stopped."""
+    async def stop(self, container: str, grace_s: float) -> bool:
+        """SIGTERM, then SIGKILL after the grace; returns once the container has stopped:
+        True when this stop stopped it, False when it had stopped already (304)."""
         t = math.ceil(grace_s)
-        await self._call(
+        resp = await self._call(
             "POST", f"/containers/{container}/stop", params={"t": t}, timeout_s=t + self.timeout_s
         )
+        return resp.status_code != 304
 
     async def kill(self, container: str, signal: str = "KILL") -> None:
+        """ContainerNotRunning when the container is not running (it exited already)."""
         await self._call("POST", f"/containers/{container}/kill", params={"signal": signal})
 
     async def remove(self, container: str, *, force: bool = False) -> None:

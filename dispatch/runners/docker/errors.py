@@ -7,6 +7,7 @@
     ├── ContainerNotFound    no such container (404 on a container)
     ├── NetworkMissing       no such network (404 on a network)
     ├── ContainerConflict    name in use, or a state that forbids the call (409)
+    │   └── ContainerNotRunning  the container is not running (a kill of one that exited)
     └── DockerApiError       any other non-2xx answer, with its status and message
 
 The client raises only these: httpx errors and HTTP statuses are translated where they enter.
@@ -41,6 +42,10 @@ class ContainerConflict(DockerError):
     pass
 
 
+class ContainerNotRunning(ContainerConflict):
+    pass
+
+
 class DockerApiError(DockerError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"engine answered {status}: {message}")
@@ -51,6 +56,7 @@ class DockerApiError(DockerError):
 __all__ = [
     "ContainerConflict",
     "ContainerNotFound",
+    "ContainerNotRunning",
     "DockerApiError",
     "DockerError",
     "DockerTimeout",

@@ -16,7 +16,9 @@ Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id
                 (`dispatch.runners.output`: a disk that fails stops the output, not the run)
     exit        the exit code from the wait, or on `ctx.aborted`: stop (SIGTERM, then SIGKILL
                 after `ctx.grace_s`); then an inspect, which also proves the engine stayed up
-                through the exit
+                through the exit. An abort that finds the container exited (the engine says
+                not running, a stop answers 304, a kill 409) is no stop: the run ended by its
+                own exit code, as if no abort had come (else it is handed back and runs again)
     engine gone the wait, the stop or that inspect finds no engine (dockerd restarting): the
                 run is re-adopted once the engine answers (`attach.py`: inspect, a new wait
                 `condition=not-running`, the logs followed again) for at most
@@ -77,6 +79,7 @@ from dispatch.runners.docker.client import DockerClient, ExitWait, Json
 from dispatch.runners.docker.errors import (
     ContainerConflict,
     ContainerNotFound,
+    ContainerNotRunning,
     DockerError,
     DockerTimeout,
     DockerUnavailable,
@@ -259,7 +262,7 @@ class DockerRunner(Runner):
         if not why:
             return False
         event("mount_mismatch", job=ctx.job.id, container=container_name(ctx.job.id), why=why)
-        with contextlib.suppress(ContainerNotFound):
+        with contextlib.suppress(ContainerNotFound, ContainerNotRunning):
             await self.client.kill(cid)
         return True
 
@@ -296,14 +299,24 @@ class DockerRunner(Runner):
         aborted = asyncio.ensure_future(ctx.aborted.wait())
         try:
             await asyncio.wait({exited, aborted}, return_when=asyncio.FIRST_COMPLETED)
-            if exited.done():
-                return exited.result(), False
+            if exited.done() or await self._exited(cid):  # it ended before the abort came
+                return await exited, False
             event("container_stopping", job=ctx.job.id, reason=ctx.abort_reason)
-            await self._stop(cid, ctx)
-            return await exited, True
+            stopped = await self._stop(cid, ctx)
+            return await exited, stopped
         finally:
             aborted.cancel()
             exited.cancel()
+
+    async def _exited(self, cid: str) -> bool:
+        """Whether the engine has the container's exit though our wait has not answered yet:
+        an abort landing in that gap must not make a run that ended on its own a stopped one.
+        One it cannot find is left to the stop, as before."""
+        try:
+            state = (await self.client.inspect(cid)).get("State", {})
+        except ContainerNotFound:
+            return False
+        return state.get("Running") is False
 
     async def _state(self, cid: str) -> dict[str, Any]:
         """The State after an exit, asked on a new connection: an engine shutting down (and
@@ -315,27 +328,39 @@ class DockerRunner(Runner):
             return {}
         return state
 
-    async def _stop(self, cid: str, ctx: RunContext) -> None:
+    async def _stop(self, cid: str, ctx: RunContext) -> bool:
         """The engine's stop (TERM, KILL after the grace); a kill at once if the abort turns
-        urgent meanwhile (the claim is lost: another host may already run this job)."""
+        urgent meanwhile (the claim is lost: another host may already run this job). False
+        when neither reached a running container: it had exited on its own."""
         stopping = asyncio.ensure_future(self._stop_gracefully(cid, ctx.grace_s))
         urgent = asyncio.ensure_future(ctx.signal.urgent.wait())
         try:
             await asyncio.wait({stopping, urgent}, return_when=asyncio.FIRST_COMPLETED)
+            killed = False
             if not stopping.done():
                 with contextlib.suppress(ContainerNotFound):
-                    await self.client.kill(cid)
-            await stopping
+                    killed = await self._kill(cid)
+            return await stopping or killed
         finally:
             urgent.cancel()
 
-    async def _stop_gracefully(self, cid: str, grace_s: float) -> None:
+    async def _stop_gracefully(self, cid: str, grace_s: float) -> bool:
+        """Whether this stop is what stopped it (a 304 says it had stopped already)."""
         try:
-            await self.client.stop(cid, grace_s)
+            return await self.client.stop(cid, grace_s)
         except ContainerNotFound:
-            pass
-        except DockerTimeout:
-            await self.client.kill(cid)  # the engine's own stop hung: kill outright
+            return True
+        except DockerTimeout:  # the engine's own stop hung: kill outright; the TERM was sent
+            await self._kill(cid)
+            return True
+
+    async def _kill(self, cid: str) -> bool:
+        """Whether the kill reached a running container (a 409 says it was not running)."""
+        try:
+            await self.client.kill(cid)
+        except ContainerNotRunning:
+            return False
+        return True
 
     async def _drained(self, attached: Attachment, ctx: RunContext) -> None:
         """Let the output catch up with the exit, for at most `output_drain_s`."""

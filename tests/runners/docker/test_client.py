@@ -11,6 +11,7 @@ from dispatch.errors import ConfigError
 from dispatch.runners.docker import (
     ContainerConflict,
     ContainerNotFound,
+    ContainerNotRunning,
     DockerClient,
     DockerUnavailable,
     ImageMissing,
@@ -85,8 +86,29 @@ async def test_stop_kills_after_the_grace(docker: DockerClient, image: str) -> N
     try:
         waiter = await docker.wait(cid)
         await docker.start(cid)
-        await docker.stop(cid, grace_s=1)
+        assert await docker.stop(cid, grace_s=1) is True  # this stop ended it
         assert await waiter.result() == 137
-        await docker.stop(cid, grace_s=1)  # already stopped: 304, not an error
+        assert await docker.stop(cid, grace_s=1) is False  # already stopped: 304, not an error
+    finally:
+        await docker.remove(cid, force=True)
+
+
+async def test_an_exited_container_says_so_to_a_stop_and_a_kill(
+    docker: DockerClient, image: str
+) -> None:
+    """A stop answers "already stopped" (304), a kill "not running" (409): each told apart
+    from a stop that did stop it and from every other conflict."""
+    name = f"dispatch-client-{uuid.uuid4().hex[:10]}"
+    cid = await docker.create_container(name, {"Image": image, "Cmd": ["true"]})
+    try:
+        waiter = await docker.wait(cid)
+        await docker.start(cid)
+        assert await waiter.result() == 0
+        assert await docker.stop(cid, grace_s=1) is False
+        with pytest.raises(ContainerNotRunning, match="is not running"):
+            await docker.kill(cid)
+        with pytest.raises(ContainerConflict) as other:  # the name in use: not "not running"
+            await docker.create_container(name, {"Image": image, "Cmd": ["true"]})
+        assert not isinstance(other.value, ContainerNotRunning)
     finally:
         await docker.remove(cid, force=True)

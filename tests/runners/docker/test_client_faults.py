@@ -17,6 +17,7 @@ import pytest
 from dispatch.runners.docker import (
     ContainerConflict,
     ContainerNotFound,
+    ContainerNotRunning,
     DockerApiError,
     DockerTimeout,
     DockerUnavailable,
@@ -174,7 +175,7 @@ async def test_304_already_where_the_caller_wanted_it_is_success(engine) -> None
     engine.on("POST", "/containers/c1/stop", reply(304))
     async with engine.client() as client:
         await client.start("c1")  # already started
-        await client.stop("c1", grace_s=1)  # already stopped
+        assert await client.stop("c1", grace_s=1) is False  # already stopped: not by this stop
 
 
 async def test_a_success_that_is_not_json_is_unavailable(engine) -> None:
@@ -211,12 +212,20 @@ async def test_kill_of_a_container_already_gone_is_not_found(engine) -> None:
     assert engine.last("POST", "/containers/c1/kill").params == {"signal": "KILL"}
 
 
-async def test_kill_of_a_container_not_running_is_a_conflict(engine) -> None:
+async def test_kill_of_a_container_not_running_is_a_conflict_of_its_own(engine) -> None:
     engine.on("POST", "/containers/c1/kill", reply(409, {"message": "is not running"}))
     async with engine.client() as client:
-        with pytest.raises(ContainerConflict, match="is not running"):
+        with pytest.raises(ContainerNotRunning, match="is not running"):
             await client.kill("c1", "TERM")
     assert engine.last("POST", "/containers/c1/kill").params == {"signal": "TERM"}
+
+
+async def test_a_kill_refused_for_another_reason_is_a_plain_conflict(engine) -> None:
+    engine.on("POST", "/containers/c1/kill", reply(409, {"message": "is restarting"}))
+    async with engine.client() as client:
+        with pytest.raises(ContainerConflict, match="is restarting") as caught:
+            await client.kill("c1")
+    assert not isinstance(caught.value, ContainerNotRunning)
 
 
 async def test_remove_forces_and_takes_the_volumes(engine) -> None:

@@ -91,6 +91,7 @@ async def test_an_aborted_run_whose_stop_hangs_is_killed_and_removed(tmp_path) -
         ("POST", f"{v}/containers/create"),
         ("POST", f"{v}/containers/c1/wait"),  # registered before the start
         ("POST", f"{v}/containers/c1/start"),
+        ("GET", f"{v}/containers/c1/json"),  # exited on its own meanwhile? (no: still running)
         ("POST", f"{v}/containers/c1/stop"),  # hung past its timeout...
         ("POST", f"{v}/containers/c1/kill"),  # ...so killed outright
         ("GET", f"{v}/containers/c1/json"),  # was it an OOM?
