@@ -138,6 +138,19 @@ class Flights:
         await self._send(self._next_cohort())
 
     async def _send(self, batch: list[Ending]) -> None:
+        """One call for `batch`, counted as a claim call under way (`_next_cohort`) until what
+        it claimed is the lane's: `recover`, which looks only while no call is under way, must
+        not take those claims for lost while the refused outcomes are kept first."""
+        try:
+            unsent = await self._call(batch)
+        finally:
+            self.lane.call_ends()
+        if unsent:  # Redis did not answer: the endings wait a moment, then go again
+            await self.lane.life.stopped_within(FINISH_RETRY_S)
+            self.flush_now.set()
+
+    async def _call(self, batch: list[Ending]) -> bool:
+        """Finish `batch` (and claim what its room allows); True when it went back to pending."""
         lane = self.lane
         self._write_local(run for _, run in batch if run)
         items = [finish for finish, _ in batch]
@@ -159,22 +172,17 @@ class Flights:
             lane.capacity.adjust(want - len(items))  # back as it was: the endings hold theirs
             self.pending[:0] = [(f, None) for f in items]  # the local record is already written
             event("redis_error", during="finish", error=str(exc))
-            await lane.life.stopped_within(FINISH_RETRY_S)
-            self.flush_now.set()
-            return
+            return True
         except BadCall as exc:  # sending it again cannot help; their slots are free
             lane.capacity.give(want)
             event("finish_refused_bad_call", jobs=[f.id for f in items], error=str(exc))
-            return
-        finally:
-            lane.call_ends()
-        # From here until `_settle` hands them to the lane, what this call claimed is in none
-        # of the lane's running, pending or held claims (known: issue 25).
+            return False
         refused = [item for item, ok in zip(items, oks, strict=True) if not ok]
         if refused:  # before the new claims start: one of them may be a refused job again
             await self._keep_outcomes(refused, claimed)
         self._settle(items, oks, claimed, want, sent)
         await self._forget_waits(items, oks)
+        return False
 
     def _settle(
         self,

@@ -322,3 +322,38 @@ async def test_endings_that_arrive_while_both_flights_fly_leave_when_both_land_i
 
 async def _all_in(redis: Redis, key: str, ids: list[str]) -> bool:
     return all(await asyncio.gather(*(redis.hexists(key, i) for i in ids)))
+
+
+async def test_recover_leaves_a_flights_fresh_claims_alone_while_it_keeps_refused_outcomes(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A flight's finish was refused (the job swept and taken) and its call claimed another job.
+    While the refused outcome is kept, before the new claim is the lane's, an unsure lane's
+    recover must not hand that claim back: the lane starts it right after."""
+    lane, started = cohort_lane(redis, prefix, tmp_path)
+    await lane.queue.enqueue([NewJob("a", b'{"id":"a"}'), NewJob("b", b'{"id":"b"}')])
+    (a,) = (await lane.queue.claim(1, "h1", 60_000)).claims
+    await redis.hset(lane.queue.keys.lock, "a", "h2:99")  # swept, then taken by another host
+    lane.capacity.adjust(-1)  # a's slot
+    lane.unsure = True  # an earlier claim call's reply was lost
+    entered, release = asyncio.Event(), asyncio.Event()
+    keep = lane.flights._keep_outcomes
+
+    async def held_keep(refused, claimed) -> None:
+        entered.set()
+        await release.wait()
+        await keep(refused, claimed)
+
+    lane.flights._keep_outcomes = held_keep  # type: ignore[method-assign]
+    ran = b'{"id":"a","attempt":1,"outcome":"completed"}'
+    lane.end(Finish("finish", "a", a.token, b"{}", run_id="a#1", run=ran), None)
+    flush = asyncio.create_task(lane.flights.flush())
+    try:
+        await asyncio.wait_for(entered.wait(), 5)
+        await lane.recover(running=set())
+    finally:
+        release.set()
+        await asyncio.wait_for(flush, 5)
+    assert [c.id for c in started] == ["b"]
+    assert {job for job, _ in await lane.queue.claims()} == {"a", "b"}  # b is still ours
+    assert await redis.lrange(lane.queue.keys.wait, 0, -1) == []  # b was not handed back
