@@ -11,9 +11,11 @@ ARGV[1]  id        str   job id; ARGV[1..2] repeat once per claim, 1 to 1000
 ARGV[2]  token     str   lock token of the claim given back, "<host>:<n>"
 Returns  {{handed back ids}, {recorded ids}}, each in the order given. A claim whose lock no
          longer holds its token (finished, swept, re-claimed) is left as it is. So is a claim
-         whose attempt already has a run record: its run ended but its finish did not land,
-         and handed back it would run again; its lock lapses, and after that stall the
-         settled-record gate ends it as recorded
+         whose attempt has a run record written by this very claim (or by an older release,
+         which named no claim): its run ended but its finish did not land, and handed back it
+         would run again; its lock lapses, and after that stall the settled-record gate ends
+         it as recorded. An earlier claim's record of the attempt (a run stopped and handed
+         back before this one) does not hold the claim
 Errors   -4 bad call (key count, argument count, a field out of shape); nothing is written
 ]]
 if #KEYS ~= 7 or #ARGV < 2 or #ARGV % 2 ~= 0 or #ARGV > 2000 then return -4 end
@@ -28,6 +30,13 @@ for i = 1, #ARGV, 2 do
   tokens[#tokens + 1] = token
 end
 
+-- whether a stored record was written by the claim holding `token`, or names no claim
+local function by(raw, token)
+  local ok, record = pcall(cjson.decode, raw)
+  local claim = ok and type(record) == 'table' and record.claim
+  return type(claim) ~= 'string' or claim == '' or claim == token
+end
+
 local locks = redis.call('HMGET', KEYS[2], unpack(ids))
 local spent = redis.call('HMGET', KEYS[6], unpack(ids))
 local back, recorded, seen = {}, {}, {}
@@ -35,7 +44,8 @@ for i, id in ipairs(ids) do
   if locks[i] == tokens[i] and not seen[id] then
     seen[id] = true
     local run_id = id .. '#' .. ((tonumber(spent[i]) or 0) + 1)
-    if redis.call('HEXISTS', KEYS[7], run_id) == 1 then
+    local record = redis.call('HGET', KEYS[7], run_id)
+    if record and by(record, tokens[i]) then
       recorded[#recorded + 1] = id
     else
       back[#back + 1] = id

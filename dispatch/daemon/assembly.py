@@ -141,7 +141,7 @@ async def _serve_as_owner(
 def _left_records(processor: Processor) -> LeftRecords | None:
     if processor.local_log is None or processor.mirror is None:
         return None
-    return LeftRecords(processor.local_log, processor.mirror, processor.clock)
+    return LeftRecords(processor.local_log, processor.mirror)
 
 
 @contextlib.asynccontextmanager

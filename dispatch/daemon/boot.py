@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from dispatch.clock import Clock
 from dispatch.daemon.tasks import OnStop, every, set_within
 from dispatch.errors import DispatchError
 from dispatch.fleet.leases import known_leases, sweep_host
@@ -61,7 +60,6 @@ class LeftRecords:
 
     log: RecordLog
     mirror: RunMirror
-    clock: Clock
 
 
 async def boot(
@@ -160,7 +158,7 @@ async def _recover_records(queue: Queue, pairs: Sequence[Pair], left: LeftRecord
         return
     found = [r for r in left.log.read() if tokens.get(r.id) == r.claim and r.queue == queue.name]
     for record in found:
-        if own_exit(record) and await left.mirror.put(queue.name, record, left.clock.now_ms()):
+        if own_exit(record) and await left.mirror.put(queue.name, record):
             event("run_recovered_from_log", job=record.id, attempt=record.attempt)
 
 

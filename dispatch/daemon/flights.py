@@ -258,7 +258,7 @@ class Flights:
         queue = self.lane.queue
         argv: list[str | bytes | int] = []
         for job_id, token, run_id, run in rows:
-            argv += [job_id, token, run_id, run, self.lane.clock.now_ms()]
+            argv += [job_id, token, run_id, run]
         try:
             with redis_call("keep outcomes"):
                 kept = set(await record_runs(queue.redis, queue.keys, argv))

@@ -19,10 +19,12 @@ named their claim (token "") is judged by what it says alone.
 
 A stall does not always mean the run died: a daemon cut off from Redis past its lock may hold
 the outcome of a run that ended, and deliver it as soon as Redis answers, a moment after some
-daemon re-claimed the job. So the first pickup after each stall that finds no record waits one
-beat (`outcome-wait`, OUTCOME_WAIT_MS, no attempt spent): with the job back in the delayed set
-and its lock held by nobody, the late outcome is stored (lua/run_record.lua) and the next pickup
-settles on it. After a kill or a freeze nothing comes, and the job runs a few seconds later.
+daemon re-claimed the job. So the first pickup after each stall that finds no record that settles
+waits one beat (`outcome-wait`, OUTCOME_WAIT_MS, no attempt spent): with the job back in the
+delayed set and its lock held by nobody, the late outcome is stored (lua/run_record.lua) and the
+next pickup settles on it. A stopped run's record of the same attempt (an earlier claim's,
+handed back, then run again) waits the beat too: the late outcome replaces it. After a kill
+or a freeze nothing comes, and the job runs a few seconds later.
 """
 
 from __future__ import annotations
@@ -55,15 +57,16 @@ class SettledGate:
         if claim.stalls == 0:  # first pickup of this attempt: nothing can have run yet
             return ADMIT
         record = await self.mirror.get(claim.queue, f"{claim.id}#{claim.attempt}")
-        if record is None:
-            if await self.mirror.first_look_since_stall(claim.queue, claim.id, claim.stalls):
-                return Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
-            return ADMIT
-        if not settles(record, claim.token):
+        if record is not None and settles(record, claim.token):
+            event("job_settled", job=claim.id, attempt=claim.attempt, outcome=record.outcome)
+            return Settled(record)
+        # a record that does not settle is an earlier run's that was stopped: the run after
+        # it may have reached its exit all the same, and its outcome may be on its way
+        if await self.mirror.first_look_since_stall(claim.queue, claim.id, claim.stalls):
+            return Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
+        if record is not None:
             event("settled_record_ignored", job=claim.id, attempt=claim.attempt, why=record.reason)
-            return ADMIT
-        event("job_settled", job=claim.id, attempt=claim.attempt, outcome=record.outcome)
-        return Settled(record)
+        return ADMIT
 
 
 def settles(record: RunRecord, token: str) -> bool:

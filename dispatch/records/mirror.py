@@ -7,10 +7,13 @@ finish refused because a sweep took the claim while Redis was away (the lane's
 the job's next pickup finds the record (the settled-record gate) and finishes with that
 outcome instead of running the container a second time.
 
-A record is stored only while the claim that ran it still holds the job's lock (`run_record`
-checks the token and writes in one step): a run that outlived its claim (a daemon frozen or
-cut off past its lock, the job handed back and perhaps run again elsewhere) reports nothing
-the fleet will read, neither to `why` and `runs` nor to a later settled-record gate.
+A record is stored while the claim that ran it still holds the job's lock, or while no claim
+holds it and the attempt has no record by this claim or a later one (`run_record` checks and
+writes in one step; an earlier claim's record of the attempt, a stopped run's, is replaced). A
+run that outlived its claim while another claim holds the job (a daemon frozen or cut off past
+its lock, the job handed back and run again elsewhere) reports nothing the fleet will read,
+neither to `why` and `runs` nor to a later settled-record gate. Records are indexed by the
+server's clock, never the host's.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dispatch.queue.scripts import checked, script
 from dispatch.records.disk_log import decode, encode
 
 OUTCOME_MARK_MS = 3_600_000
-Pending = tuple[str, RunRecord, int, "asyncio.Future[bool]"]  # queue, record, ended ms, stored
+Pending = tuple[str, RunRecord, "asyncio.Future[bool]"]  # queue, record, stored
 
 
 class RunMirror:
@@ -41,12 +44,12 @@ class RunMirror:
         self._pending: list[Pending] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def put(self, queue: str, record: RunRecord, ended_ms: int) -> bool:
+    async def put(self, queue: str, record: RunRecord) -> bool:
         """True once stored; False when its claim no longer holds the lock (or it names none)."""
         if not record.claim:
             return False
         stored: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((queue, record, ended_ms, stored))
+        self._pending.append((queue, record, stored))
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._drain())
         return await stored
@@ -69,9 +72,9 @@ class RunMirror:
         """One script call per queue (a batch is nearly always one queue); (queue, run id)
         of each record stored."""
         args: dict[str, list[str | bytes | int]] = {}
-        for queue, record, ended_ms, _ in batch:
+        for queue, record, _ in batch:
             args.setdefault(queue, []).extend(
-                [record.id, record.claim, record.run_id, encode(record), ended_ms]
+                [record.id, record.claim, record.run_id, encode(record)]
             )
         stored: set[tuple[str, str]] = set()
         for queue, argv in args.items():
@@ -100,14 +103,14 @@ class RunMirror:
 
 
 async def record_runs(redis: Redis, k: QueueKeys, argv: list[str | bytes | int]) -> list[str]:
-    """`run_record` for one queue: argv is (id, token, run id, record, ms) per record; the run
-    ids stored (see the module docstring for which are)."""
+    """`run_record` for one queue: argv is (id, token, run id, record) per record; the run ids
+    stored (see the module docstring for which are)."""
     reply = await script("run_record")(redis, [k.lock, k.runs, k.runs_idx], argv)
     return [run_id.decode() for run_id in checked(reply, "run record")]
 
 
 def _settle(batch: list[Pending], error: Exception | None, stored: set[tuple[str, str]]) -> None:
-    for queue, record, _, done in batch:
+    for queue, record, done in batch:
         if done.done():  # its caller gave up waiting
             continue
         if error is None:

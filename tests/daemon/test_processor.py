@@ -408,9 +408,10 @@ async def test_a_stalled_attempt_whose_record_is_of_a_stopped_run_runs_again(
     await stored_by_its_claim(mirror, stopped)
     runner = Runner()
     stalled = Claim("jobs", job.id, "h:2", 1, 1, 0, encode_job(job))
-    ending = await processor(runner, [SettledGate(mirror)], tmp_path).process(
-        stalled, AbortSignal()
-    )
+    gated = processor(runner, [SettledGate(mirror)], tmp_path)
+    waited = await gated.process(stalled, AbortSignal())  # the beat for a late outcome
+    assert waited.action == "defer" and runner.runs == 0
+    ending = await gated.process(stalled, AbortSignal())
     result = msgspec.json.decode(ending.payload, type=Result)
     assert runner.runs == 1 and (result.outcome, result.exit_code) == ("completed", 0)
 

@@ -108,7 +108,10 @@ NOT_ITS_OWN = {
 
 @pytest.mark.parametrize("kind", NOT_ITS_OWN)
 async def test_a_run_that_did_not_reach_its_own_exit_never_settles(mirror, kind: str) -> None:
-    assert await decide(mirror, NOT_ITS_OWN[kind]) == ADMIT
+    """It waits the stall's one beat all the same: the run after it may have reached its exit,
+    and its late outcome replaces this record (lua/run_record.lua); then it runs again."""
+    assert await decide(mirror, NOT_ITS_OWN[kind]) == Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
+    assert await SettledGate(mirror).check(pickup()) == ADMIT
 
 
 # -- only a record an earlier claim wrote ----------------------------------------------------
@@ -129,7 +132,7 @@ WRITERS = {  # the record's claim, this pickup's claim, and whether it settles
 async def test_only_a_record_an_earlier_claim_wrote_settles(mirror, writer: str) -> None:
     written_by, token, settles = WRITERS[writer]
     stored = record(outcome=COMPLETED, exit_code=0, claim=written_by)
-    assert (await decide(mirror, stored, pickup(token)) != ADMIT) is settles
+    assert isinstance(await decide(mirror, stored, pickup(token)), Settled) is settles
 
 
 async def test_a_first_pickup_never_looks(mirror) -> None:
@@ -159,3 +162,18 @@ async def test_a_record_of_another_attempt_is_not_this_ones(mirror) -> None:
     gate = SettledGate(mirror)
     assert isinstance(await gate.check(pickup()), Defer)  # no record of this attempt yet
     assert await gate.check(pickup()) == ADMIT
+
+
+async def test_a_stopped_runs_record_waits_for_the_late_outcome_of_the_run_after_it(
+    mirror, redis, prefix
+) -> None:
+    """Attempt 1 was stopped and handed back (its record stays); the run after it completed,
+    but its finish landed after a sweep. The re-pickup waits one beat, the late outcome replaces
+    the stopped record, and the next look settles: the job does not run a third time. Before,
+    the re-pickup admitted at once and the late outcome was refused (the attempt had a record)."""
+    await stored_by_its_claim(mirror, record(outcome=INFRA, reason=SHUTDOWN, exit_code=143))
+    gate = SettledGate(mirror)
+    assert await gate.check(pickup("h3:11")) == Defer(OUTCOME_WAIT_MS, OUTCOME_WAIT)
+    late = record(outcome=COMPLETED, exit_code=0, claim="h2:10")
+    assert await mirror.put("jobs", late)  # its claim swept, nobody holds the job
+    assert await gate.check(pickup("h3:12")) == Settled(late)

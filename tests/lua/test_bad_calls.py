@@ -179,9 +179,9 @@ CALLS = {
     ),
     "run_record": Call(
         queue("lock runs runs_idx"),
-        ["c", "h:1", "c#1", b"{}", 5],
-        [IDS, TOKENS, RUN_IDS, JSON, number(0, 10**15)],
-        batch=5,
+        ["c", "h:1", "c#1", b"{}"],
+        [IDS, TOKENS, RUN_IDS, JSON],
+        batch=4,
     ),
 }
 

@@ -153,3 +153,26 @@ async def test_a_host_finds_its_claims_and_hands_back_only_current_ones(queue: Q
     assert await queue.hand_back([]) == ([], [])
     (back,) = (await queue.claim(1, "h3", 60_000)).claims
     assert (back.id, back.attempt, back.stalls) == (mine.id, 1, 0)
+
+
+def run_of(claim: Claim, outcome: str) -> bytes:
+    return (
+        f'{{"id":"{claim.id}","attempt":{claim.attempt},"outcome":"{outcome}",'
+        f'"claim":"{claim.token}"}}'
+    ).encode()
+
+
+async def test_a_claim_is_held_back_only_by_a_record_of_its_own_run(queue: Queue) -> None:
+    """A claim whose own run was recorded before its finish landed lapses (the settled gate
+    ends it as recorded); a record an earlier claim of the attempt left, a stopped run's, does
+    not hold the claim: it is handed back. Before, any record of the attempt held it, so a
+    claim after a `shutdown` hand-back lapsed and cost a stall instead."""
+    await queue.enqueue([NewJob("a", b"{}"), NewJob("b", b"{}")])
+    first = await claim_one(queue)
+    stopped = Finish("defer", "a", first.token, b"{}", 0, run_id="a#1", run=run_of(first, "infra"))
+    assert await queue.finish([stopped]) == [True]
+    b = await claim_one(queue)
+    again = await claim_one(queue)
+    assert (again.id, again.attempt) == ("a", 1)
+    await queue.redis.hset(queue.keys.runs, "b#1", run_of(b, "completed"))
+    assert await queue.hand_back([(again.id, again.token), (b.id, b.token)]) == (["a"], ["b"])

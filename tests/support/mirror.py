@@ -19,7 +19,7 @@ async def hold(redis: Redis, prefix: str, queue: str, job_id: str, token: str) -
     await redis.hset(queue_keys(queue, prefix).lock, job_id, token)
 
 
-async def stored_by_its_claim(mirror: RunMirror, record: RunRecord, at_ms: int = 1) -> None:
+async def stored_by_its_claim(mirror: RunMirror, record: RunRecord) -> None:
     """Store `record` while its claim holds the lock, then let the claim go, as a stall does:
     the state a re-pickup after that stall finds."""
     keys = queue_keys(record.queue, mirror.prefix)
@@ -28,5 +28,5 @@ async def stored_by_its_claim(mirror: RunMirror, record: RunRecord, at_ms: int =
         return
     lock = keys.lock
     await hold(mirror.redis, mirror.prefix, record.queue, record.id, record.claim)
-    assert await mirror.put(record.queue, record, at_ms)
+    assert await mirror.put(record.queue, record)
     await mirror.redis.hdel(lock, record.id)
