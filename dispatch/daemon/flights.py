@@ -20,8 +20,9 @@ the renewal either): if the outage outlasted the lock and a sweep put the job ba
 finish is refused and its run's outcome is mirrored instead, for the re-pickup to settle on
 (`_keep_outcomes`). A local log that cannot be written is logged and skipped: the finish carries
 the record to Redis all the same. A call a script refuses (`BadCall`: a bug, not a fault) is
-logged and not retried: a refused finish is dropped, and its claims lapse and are swept, a
-stall each, so a bug that repeats is bounded.
+logged and not retried as it was: the batch goes again in halves, down to the items refused
+alone, so one bad item never takes its batch with it. Those are dropped, and their claims lapse
+and are swept, a stall each, so a bug that repeats is bounded.
 """
 
 from __future__ import annotations
@@ -173,16 +174,53 @@ class Flights:
             self.pending[:0] = [(f, None) for f in items]  # the local record is already written
             event("redis_error", during="finish", error=str(exc))
             return True
-        except BadCall as exc:  # sending it again cannot help; their slots are free
+        except BadCall as exc:  # the rest of the batch goes again, without the bad items
             lane.capacity.give(want)
-            event("finish_refused_bad_call", jobs=[f.id for f in items], error=str(exc))
-            return False
+            return await self._without_bad(items, exc)
         refused = [item for item, ok in zip(items, oks, strict=True) if not ok]
         if refused:  # before the new claims start: one of them may be a refused job again
             await self._keep_outcomes(refused, claimed)
         self._settle(items, oks, claimed, want, sent)
         await self._forget_waits(items, oks)
         return False
+
+    async def _without_bad(self, items: list[Finish], exc: BadCall) -> bool:
+        """A batch refused as a bad call is sent again in halves, down to the items refused
+        alone: those are dropped (logged, their claims lapse), every other one ends as sent.
+        A Redis fault meanwhile puts what is not yet known back to pending."""
+        known: dict[int, bool | None] = {}  # index -> landed, refused by its lock, or bad
+        try:
+            await self._halves(items, 0, known)
+        except RedisUnavailable as fault:
+            self.pending[:0] = [(f, None) for i, f in enumerate(items) if i not in known]
+            event("redis_error", during="finish", error=str(fault))
+            return True
+        finally:
+            bad = [items[i].id for i, ok in sorted(known.items()) if ok is None]
+            if bad:
+                event("finish_refused_bad_call", jobs=bad, of=len(items), error=str(exc))
+        sent = [i for i in sorted(known) if known[i] is not None]
+        ended, oks = [items[i] for i in sent], [bool(known[i]) for i in sent]
+        refused = [item for item, ok in zip(ended, oks, strict=True) if not ok]
+        if refused:
+            await self._keep_outcomes(refused, None)
+        self._settle(ended, oks, None, 0, 0.0)
+        await self._forget_waits(ended, oks)
+        return False
+
+    async def _halves(self, items: list[Finish], first: int, known: dict[int, bool | None]) -> None:
+        """`items` (from index `first` of the batch) were refused together as a bad call."""
+        if len(items) == 1:
+            known[first] = None
+            return
+        half = len(items) // 2
+        for start, part in ((0, items[:half]), (half, items[half:])):
+            try:
+                oks = await self.lane.queue.finish(part)
+            except BadCall:
+                await self._halves(part, first + start, known)
+            else:
+                known.update((first + start + n, ok) for n, ok in enumerate(oks))
 
     def _settle(
         self,

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
+from dispatch import log
 from dispatch.clock import FakeClock
 from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.tasks import Lifecycle
+from dispatch.queue.faults import QueueFault
 from dispatch.queue.transitions import Claim, ClaimBatch, Finish, NewJob, Queue
 from dispatch.records.disk_log import RecordLog
 from tests.support.polling import eventually
@@ -73,6 +77,61 @@ async def test_a_refused_finish_is_dropped_not_retried(
     assert lane.capacity.free == 2
     assert await lane.queue.claims() == [(claim.id, claim.token)]  # its lock lapses, then a sweep
     assert await redis.lrange(lane.queue.keys.wait, 0, -1) == [b"b"]
+
+
+async def test_one_bad_ending_never_takes_its_batch_with_it(
+    redis: Redis, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch a script refuses goes again in halves: the good endings land, the bad one is
+    dropped alone and named. Before, the whole batch was dropped and its completed jobs lapsed
+    and ran again."""
+    stream = io.StringIO()
+    monkeypatch.setattr(log.log, "stream", stream)
+    monkeypatch.setattr(log.log, "human", False)
+    lane = lane_of(redis, prefix, tmp_path, 5, FakeClock())
+    ids = ["a", "b", "c", "d", "e"]
+    await lane.queue.enqueue([NewJob(i, b"{}") for i in ids])
+    claims = (await lane.queue.claim(5, "h1", 60_000)).claims
+    lane.capacity.adjust(-5)
+    for claim in claims:
+        payload = b"not json" if claim.id == "d" else b"{}"
+        lane.end(Finish("finish", claim.id, claim.token, payload), None)
+    await lane.flights.flush()
+    assert lane.flights.pending == []
+    done = await redis.zrange(lane.queue.keys.done, 0, -1)
+    assert sorted(done) == [b"a", b"b", b"c", b"e"]
+    assert await lane.queue.claims() == [("d", claims[3].token)]  # lapses, then a sweep
+    assert lane.capacity.free == 5
+    said = [json.loads(line) for line in stream.getvalue().splitlines()]
+    refused = [e for e in said if e["event"] == "finish_refused_bad_call"]
+    assert [(e["jobs"], e["of"]) for e in refused] == [(["d"], 5)]
+
+
+class FailingAfter(Queue):
+    """Its finish calls answer until `answers` are spent, then Redis goes away."""
+
+    answers = 1
+
+    async def finish(self, items: Sequence[Finish]) -> list[bool]:
+        if self.answers == 0:
+            raise QueueFault("finish: connection lost")
+        self.answers -= 1
+        return await super().finish(items)
+
+
+async def test_a_fault_while_a_bad_batch_goes_again_keeps_what_is_not_known(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    lane = lane_of(redis, prefix, tmp_path, 4, FakeClock())
+    lane.queue = FailingAfter(redis, "jobs", prefix)
+    await lane.queue.enqueue([NewJob(i, b"{}") for i in "abcd"])
+    claims = (await lane.queue.claim(4, "h1", 60_000)).claims
+    lane.capacity.adjust(-4)
+    for claim in claims:
+        lane.end(Finish("finish", claim.id, claim.token, b"{" if claim.id == "d" else b"{}"), None)
+    await lane.flights.flush()  # a, b land as one half; c, d meet the fault
+    assert await redis.zrange(lane.queue.keys.done, 0, -1) == [b"a", b"b"]
+    assert [f.id for f, _ in lane.flights.pending] == ["c", "d"]
 
 
 async def test_a_finish_refused_after_a_sweep_keeps_its_runs_outcome(
