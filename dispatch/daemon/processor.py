@@ -299,7 +299,7 @@ class Processor:
         report = NO_REPORT
         if self._usage is not None:
             report = self._usage.read_and_return(ctx.usage_dir, ctx.usage_name, ctx.job.id)
-        return charge(pickup.spend, report, result.started, result.exit_code)
+        return charge(pickup.spend, report, result.started)
 
     def _log_local(self, job_id: str, encoded: bytes) -> bool:
         """On this host's disk first: should the daemon die before Redis has the record, its

@@ -1,7 +1,9 @@
 """What one run is charged, decided once its ending is known.
 
-A run that never started (the runner says so, or the container exited 125-127: the engine or
-the shell could not start the command) is refunded in full. Any other run is settled: the
+A run the runner says never started is refunded in full. Any run that started is settled,
+whatever its exit: 125-127 is what a shell says of a missing or unrunnable command, and a job
+whose last command is missing has spent by then (the docker runner reports a container the
+engine could not start as not started, so no exit code stands in for that). Settled means: the
 dollars it reported (or, with no report or a malformed one, its reserved cap; an overshoot is
 charged in full), one run in each run window, and its reported tokens in each token ledger.
 The settle goes out in the background (`Reservation.close`): it never holds up the job's end.
@@ -17,8 +19,6 @@ from dispatch.model import RunRecord
 from dispatch.spend.ledger import Reservation
 from dispatch.spend.plan import MICRO
 from dispatch.spend.usage_report import Usage
-
-NEVER_STARTED_EXITS = frozenset({125, 126, 127})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +39,9 @@ class Charge:
 NOTHING = Charge()  # refunded, or never reserved and nothing reported
 
 
-def never_started(started: bool, exit_code: int | None) -> bool:
-    return not started or exit_code in NEVER_STARTED_EXITS
-
-
-def charge(
-    reservation: Reservation | None, usage: Usage, started: bool, exit_code: int | None
-) -> Charge:
+def charge(reservation: Reservation | None, usage: Usage, started: bool) -> Charge:
     """Settle or refund `reservation` (if any) and say what the run record carries."""
-    if never_started(started, exit_code):
+    if not started:
         if reservation is not None:
             reservation.close("refund")
         return NOTHING

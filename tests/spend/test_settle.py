@@ -140,13 +140,25 @@ async def test_a_report_path_written_as_a_link_is_not_followed(tmp_path: Path, l
     assert record.cost_usd == 2.0
 
 
-@pytest.mark.parametrize("code", [126, 127])
-async def test_a_command_that_never_started_refunds_everything(
+@pytest.mark.parametrize("code", [125, 126, 127])
+async def test_a_run_that_started_is_charged_whatever_its_exit(
     tmp_path: Path, ledger: SpendLedger, code: int
 ) -> None:
-    job = Job(id="j1", command=reporting('{"costUsd": 9}', code), max_cost_usd=2)
+    """A job whose last command is missing exits 127 after spending: the caps must see it.
+    Before, 125-127 were refunded in full (and the job retried, uncounted, again and again)."""
+    job = Job(id="j1", command=reporting('{"costUsd": 1.5}', code), max_cost_usd=2)
     record = await run(processor(tmp_path, ledger, ProcessRunner()), ledger, job)
-    assert (record.budget_reserved, record.cost_usd) == (False, None)
+    assert (record.exit_code, record.budget_reserved, record.cost_usd) == (code, True, 1.5)
+    assert await counter(ledger, "runs") == (1, 0)
+    assert await counter(ledger, "usd") == (1_500_000, 0)
+
+
+async def test_a_command_that_never_started_refunds_everything(
+    tmp_path: Path, ledger: SpendLedger
+) -> None:
+    job = Job(id="j1", command=[str(tmp_path / "no-such-command")], max_cost_usd=2)
+    record = await run(processor(tmp_path, ledger, ProcessRunner()), ledger, job)
+    assert (record.started_at, record.budget_reserved, record.cost_usd) == (None, False, None)
     assert await counter(ledger, "runs") == (0, 0)
     assert await counter(ledger, "usd") == (0, 0)
 
