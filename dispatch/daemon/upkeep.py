@@ -3,7 +3,8 @@
 sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline passed go
            back to wait (or fail `stalled` past `DISPATCH_MAX_STALLS`); whoever sweeps
            first does it, so a dead host's jobs come back within lock + one sweep period;
-           then the spend reservations of claims gone on two sweeps in a row are settled
+settle     every `DISPATCH_SWEEP_EVERY` too, once per daemon: the spend reservations of
+           every queue of the fleet whose claims were gone on two looks in a row are settled
            at their reserved amount (runs lost with their daemon; dispatch/spend/ledger.py);
 heartbeat  this host's alive key (with its running count, and its trigger fingerprint for
            the fleet agreement of dispatch/triggers/agreement.py), which other hosts count
@@ -63,16 +64,12 @@ class Upkeep:
         requeued, failed = await queue.sweep(self.settings.max_stalls, encoder.encode(result))
         if requeued or failed:
             event("stalled_jobs_swept", queue=queue.name, requeued=requeued, failed=failed)
-        await self._settle_lost(queue)
         return requeued
 
-    async def _settle_lost(self, queue: Queue) -> None:
-        """Spend reservations whose runs were lost with their daemons are settled at their
-        reserved amount (`SpendLedger.settle_lost`); a fault here must not hide the sweep."""
-        try:
-            await self.spend.settle_lost(queue.name, queue.keys.lock)
-        except Exception as exc:
-            event("budget_lost_settle_failed", queue=queue.name, error=str(exc))
+    async def settle_lost(self) -> None:
+        """Spend reservations whose runs were lost with their daemons, on any queue, are
+        settled at their reserved amount (`SpendLedger.settle_lost`)."""
+        await self.spend.settle_lost()
 
     async def beat(self, period_s: float) -> None:
         alive = keys.host_alive(self.settings.host, self.settings.prefix)

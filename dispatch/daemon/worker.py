@@ -179,6 +179,8 @@ class Worker:
             every(
                 "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
+            # once per daemon, not per lane: its two looks must be a sweep period apart
+            every("settle-lost", self.settings.sweep_s, self.upkeep.settle_lost, life),
         ]
         if self.minter is not None:
             loops.append(every("triggers", self.settings.trigger_every_s, self.minter.tick, life))

@@ -11,8 +11,10 @@ one that counts.
 Closing never holds up a job: `Reservation.close` hands the script call to a background task
 that retries a Redis fault with backoff and then gives up (logged). A reservation left open
 that way, or by a daemon that died, is settled at its reserved amount by `settle_lost`, which
-each sweep runs: an open reservation whose claim no longer holds its job's lock, seen so on two
-sweeps in a row (the run's own settle, retrying, has had a sweep period to land first).
+each daemon runs once per sweep period over every open reservation of the fleet, in pages of
+`LOST_BATCH`: one whose claim no longer holds its job's lock, or holds it past the lock's
+deadline (a dead host's own queue, `jobs@<host>`, is swept by nobody), seen so on two looks in a
+row (the run's own settle, retrying, has had a sweep period to land first).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from redis.exceptions import RedisError
 
 from dispatch.errors import RedisUnavailable
 from dispatch.log import event
-from dispatch.queue.keys import DEFAULT_PREFIX, budget_keys
+from dispatch.queue.keys import DEFAULT_PREFIX, budget_keys, queue_keys
 from dispatch.queue.scripts import Arg, checked, script
 from dispatch.spend.plan import MARGIN_MS, Counter
 
@@ -158,29 +160,52 @@ class SpendLedger:
                 async with asyncio.timeout(timeout_s):
                     await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def settle_lost(self, queue: str, lock_key: str) -> list[str]:
-        """Settle, at the reserved amount, the open reservations of `queue` whose claims have
-        been gone from the job's lock on this sweep and the one before; the ids settled."""
-        head = f"{queue}|"
-        members = await self.redis.zrangebylex(
-            self.keys.open, f"[{head}", f"[{head}\xff", start=0, num=LOST_BATCH
-        )
-        rids = [_text(m) for m in members]
-        gone = await self._gone(rids, lock_key) if rids else set()
+    async def settle_lost(self) -> list[str]:
+        """Settle, at the reserved amount, the open reservations of every queue whose claims
+        were gone on this look and the one before; the ids settled."""
+        gone: set[str] = set()
+        after = "-"
+        while True:
+            members = await self.redis.zrangebylex(
+                self.keys.open, after, "+", start=0, num=LOST_BATCH
+            )
+            rids = [_text(m) for m in members]
+            gone |= await self._gone(rids)
+            if len(rids) < LOST_BATCH:
+                break
+            after = f"({rids[-1]}"
         ripe = sorted(gone & self._suspects)
-        self._suspects = (self._suspects - set(rids)) | gone
+        self._suspects = gone
         settled = [rid for rid in ripe if await self._settle_one(rid)]
         if settled:
-            event("budget_lost_settled", queue=queue, reservations=settled)
+            event("budget_lost_settled", reservations=settled)
         return settled
 
-    async def _gone(self, rids: list[str], lock_key: str) -> set[str]:
-        # read after the listing: a claim that does not hold its lock now never will again
-        parts = [rid.split("|") for rid in rids]
-        locks = await self.redis.hmget(lock_key, [p[1] for p in parts])
-        return {
-            rid for rid, p, lock in zip(rids, parts, locks, strict=True) if _text(lock) != p[-1]
-        }
+    async def _gone(self, rids: list[str]) -> set[str]:
+        """Of `rids`, those whose claim does not hold its lock, or holds it past its deadline.
+        Read after the listing: a claim that does not hold its lock now never will again."""
+        by_queue: dict[str, list[tuple[str, str, str]]] = {}
+        for rid in rids:
+            parts = rid.split("|")
+            if len(parts) == 4:  # a name of another shape is nothing this ledger reserved
+                by_queue.setdefault(parts[0], []).append((rid, parts[1], parts[3]))
+        if not by_queue:
+            return set()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for queue, held in by_queue.items():
+                k = queue_keys(queue, self.prefix)
+                pipe.hmget(k.lock, [job for _, job, _ in held])
+                pipe.zmscore(k.active, [job for _, job, _ in held])
+            (seconds, micros), *replies = await pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        gone: set[str] = set()
+        for n, held in enumerate(by_queue.values()):
+            locks, deadlines = replies[2 * n], replies[2 * n + 1]
+            for (rid, _, token), lock, deadline in zip(held, locks, deadlines, strict=True):
+                if _text(lock) != token or (deadline is not None and deadline < now_ms):
+                    gone.add(rid)
+        return gone
 
     async def _settle_one(self, rid: str) -> bool:
         counter_keys = [_text(k) for k in await self.redis.hkeys(self.keys.reservation(rid))]
