@@ -33,7 +33,11 @@ An acquire that failed may have been granted all the same (it reached Redis, the
 come back). A refused one is released best-effort later; failing that, its entry lapses by TTL.
 A degraded one is asked after by its renewer (`lease_renew` on its holder id): if Redis holds
 it, the grant is real and is renewed from then on like any other (`lease_confirmed`, still
-without a fence); if Redis does not, it stays degraded and nothing is renewed.
+without a fence). If Redis does not, the renewer takes it again (`lease_acquire` with `over`):
+the run is under way, so its slot is taken even when all N are held, and Redis counts it, so no
+host lets another job in until the count is below N again (`lease_retaken`, or
+`lease_over_bound` naming how many hold it). From then on it is renewed like any grant. A lease
+that failed open keeps `failed_open`, so the run's record says its start was not checked.
 
 Holder ids are `<host>:<random>`, so after a restart `sweep_host` can release the claims the
 previous process of this host left behind, found through the lease registry SET (added to once
@@ -91,6 +95,8 @@ class Lease:
     fence: int | None
     deadline: float  # local monotonic seconds after which the server has surely expired it
     backed: bool | None = True
+    slots: int = 1
+    failed_open: bool = False  # granted without Redis's answer, whatever became of it since
     lost: anyio.Event = field(default_factory=anyio.Event)
     on_lost: Callable[[Lease], None] | None = None
     released: bool = False
@@ -182,10 +188,10 @@ class FleetLeases:
         sent = self.clock.monotonic()
         try:
             await self._register(name)
-            args: list[Arg] = [holder, slots, _ms(ttl_s)]
+            args: list[Arg] = [holder, slots, _ms(ttl_s), 0]
             granted, value = await self._call("lease_acquire", [lk.holders, lk.fence], args)
         except RedisUnavailable as exc:
-            return self._acquire_failed(lk, holder, ttl_s, on_lost, exc)
+            return self._acquire_failed(lk, holder, slots, ttl_s, on_lost, exc)
         if not granted:
             return None
         lease = Lease(
@@ -207,6 +213,7 @@ class FleetLeases:
         self,
         lk: keyspace.LeaseKeys,
         holder: str,
+        slots: int,
         ttl_s: float,
         on_lost: Callable[[Lease], None] | None,
         exc: RedisUnavailable,
@@ -223,6 +230,8 @@ class FleetLeases:
             fence=None,
             deadline=math.inf,
             backed=None,
+            slots=slots,
+            failed_open=True,
             on_lost=on_lost,
         )
         return self._hold(lease)
@@ -270,19 +279,45 @@ class FleetLeases:
         return await sweep_host(self.redis, leases, self.host, spare=spare)
 
     async def _confirm(self, lease: Lease) -> None:
-        """Ask whether a degraded grant's acquire reached Redis after all; if so, keep it."""
+        """Ask whether a degraded grant's acquire reached Redis after all; if so, keep it, and
+        if not, take it again, past the bound if need be: its run is already under way."""
         sent = self.clock.monotonic()
         args: list[Arg] = [lease.holder, _ms(lease.ttl_s)]
-        lease.backed = await self._call("lease_renew", [lease.keys.holders], args) == 1
-        if lease.backed:
-            lease.deadline = sent + lease.ttl_s
+        if await self._call("lease_renew", [lease.keys.holders], args) == 1:
+            lease.backed, lease.deadline = True, sent + lease.ttl_s
             event("lease_confirmed", lease=lease.name, holder=lease.holder)
+            return
+        keys = [lease.keys.holders, lease.keys.fence]
+        args = [lease.holder, lease.slots, _ms(lease.ttl_s), 1]
+        granted, fence = await self._call("lease_acquire", keys, args)
+        lease.backed, lease.deadline, lease.fence = True, sent + lease.ttl_s, int(fence)
+        if granted == 2:
+            held = await self._holders(lease)
+            event(
+                "lease_over_bound",
+                lease=lease.name,
+                holder=lease.holder,
+                held=held,
+                slots=lease.slots,
+            )
+        else:
+            event("lease_retaken", lease=lease.name, holder=lease.holder)
+
+    async def _holders(self, lease: Lease) -> int | None:
+        """How many hold the lease now (for the log line); None if Redis does not say."""
+        with (
+            contextlib.suppress(RedisUnavailable),
+            redis_call("lease holders"),
+            anyio.fail_after(self.settings.timeout_s),
+        ):
+            return int(await self.redis.zcard(lease.keys.holders))
+        return None
 
     async def _keep(self, lease: Lease) -> None:
         """Renew until released or lost; it never raises, so it can never end the task group."""
         failures = 0
         with lease.scope:
-            while not lease.lost.is_set() and lease.backed is not False:
+            while not lease.lost.is_set():
                 await anyio.sleep(self._next_renewal_s(lease, failures))
                 failures = await self._renew_once(lease, failures)
 

@@ -104,10 +104,11 @@ class Pickup(msgspec.Struct):
     spend: Reservation | None = None  # the spend-cap gate's, settled after the run
 
     def degraded(self) -> tuple[str, ...]:
-        """The fleet leases this pickup holds that Redis never confirmed (failed open)."""
+        """The fleet leases this pickup was granted without Redis's answer (failed open): its
+        start was not checked against the fleet bound, even if the lease was taken since."""
         if not self.leases:
             return ()
-        return tuple(lease.name for lease in self.leases if lease.degraded)
+        return tuple(lease.name for lease in self.leases if lease.failed_open)
 
     def hold(self, name: str, release: Release) -> None:
         self.holds.append((name, release))

@@ -122,6 +122,37 @@ async def test_fault_fails_open_logged_once_per_episode(redis, dead_redis, prefi
     assert names == ["lease_degraded", "lease_redis_recovered"]
 
 
+async def test_leases_granted_while_redis_was_away_are_taken_again_and_hold_the_bound(
+    redis, dead_redis, prefix, events
+) -> None:
+    """Two runs were let in on a 1-slot lease while Redis was away. Once it answers, both are
+    taken again, the second past the bound, so Redis counts them and no other host gets in
+    until both are gone. Before, neither was ever counted: another host took the slot too."""
+    settings = fast(prefix, renew_every_s=0.05)
+    async with FleetLeases(dead_redis, settings, host="h1") as leases:
+        first = await leases.acquire("gpu", slots=1)
+        second = await leases.acquire("gpu", slots=1)
+        assert first and second and first.degraded and second.degraded
+        leases.redis = redis
+        await eventually(lambda: _is(not first.degraded and not second.degraded), timeout=5)
+        assert first.failed_open and second.failed_open and first.fence and second.fence
+        assert len(await holders(redis, lease_keys("gpu", prefix))) == 2
+        async with FleetLeases(redis, fast(prefix), host="h2") as other:
+            assert await other.acquire("gpu", slots=1) is None
+            await leases.release(first)
+            assert await other.acquire("gpu", slots=1) is None  # still one too many
+            await leases.release(second)
+            assert await other.acquire("gpu", slots=1) is not None
+    said = {e["event"] for e in events()}
+    assert {"lease_retaken", "lease_over_bound"} <= said
+    over = [e for e in events() if e["event"] == "lease_over_bound"]
+    assert [(e["held"], e["slots"]) for e in over] == [(2, 1)]
+
+
+async def _is(value: bool) -> bool:
+    return value
+
+
 async def test_fail_closed_raises(dead_redis, prefix) -> None:
     async with FleetLeases(dead_redis, fast(prefix, fail_open=False), host="h1") as leases:
         with pytest.raises(RedisUnavailable):

@@ -58,6 +58,7 @@ class Call:
     # closing a record already gone takes none): a key more or less is then a call about another
     # record, refused only when that record exists (tests/lua/test_budget_scripts.py)
     fixed_keys: bool = True
+    optional: int = 0  # trailing arguments a caller may leave out (lease_acquire's `over`)
 
 
 def queue(fields: str) -> Callable[[str], list[str]]:
@@ -159,7 +160,10 @@ CALLS = {
     "host_take": Call(owner, ["v2", 60_000, ""], [text(4096), LOCK, text(4096, empty_ok=True)]),
     "host_release": Call(owner, ["v2"], [text(4096)]),
     "lease_acquire": Call(
-        lease("holders fence"), [HOLDER, 2, 30_000], [text(255), number(1, 1_000_000), LOCK]
+        lease("holders fence"),
+        [HOLDER, 2, 30_000, 0],
+        [text(255), number(1, 1_000_000), LOCK, number(0, 1)],
+        optional=1,
     ),
     "lease_renew": Call(lease("holders"), [HOLDER, 30_000], [text(255), LOCK]),
     "lease_release": Call(lease("holders"), [HOLDER], [text(255)]),
@@ -241,7 +245,8 @@ def bad_calls(name: str, kind: str, prefix: str) -> list[tuple[list[str], list[A
     if kind == "key too many":
         return [([*keys, keys[0]], args), ([*keys, "{" + prefix + ":jobs}:extra"], args)]
     if kind == "argument count":
-        return [(keys, [*args, "x"]), (keys, args[:-1])] if args else [(keys, ["x"])]
+        short = args[: -1 - c.optional]
+        return [(keys, [*args, "x"]), (keys, short)] if args else [(keys, ["x"])]
     if kind == "garbage":
         return [
             (keys, [*args[:i], bad, *args[i + 1 :]])

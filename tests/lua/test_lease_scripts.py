@@ -31,7 +31,7 @@ async def acquire(redis, lk, holder, slots=1, ttl_ms=10_000):
 
 def test_headers_match_what_the_wrapper_passes() -> None:
     # dispatch.fleet.leases passes exactly these counts; the contract in lua/README.md says the same
-    expected = {"lease_acquire": (2, 3), "lease_renew": (1, 2), "lease_release": (1, 1)}
+    expected = {"lease_acquire": (2, 4), "lease_renew": (1, 2), "lease_release": (1, 1)}
     expected["lease_holders"] = (1, 0)
     for name, (n_keys, n_args) in expected.items():
         assert (script(name).declared("KEYS"), script(name).declared("ARGV")) == (n_keys, n_args)
