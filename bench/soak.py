@@ -1,7 +1,11 @@
 """Soak: short jobs through three real daemons while the bench kills, freezes and pauses them.
 
     python -m bench.soak [--jobs 2000] [--submit-s 30] [--deadline-s 600] [--seed N] [--json]
-                         [--keep]
+                         [--keep] [--concurrency 8] [--runs 1]
+
+The 40-slot profile: `--concurrency 40 --jobs 3000 --runs 10`, ten soaks in a row (seeds
+`--seed`, `--seed`+1, ...), one line of figures each and the count of runs that were not four
+zeros; the exit is 1 if any was not.
 
 The bench starts its own redis-server (free loopback port, no persistence) and three daemons
 as an operator would, `python -m dispatch worker` with the process runner, host names
@@ -448,23 +452,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=8, help="slots per daemon")
     p.add_argument("--prefix", default="soak", help="key prefix (the bench's own Redis)")
     p.add_argument("--keep", action="store_true", help="keep the work dir: logs, marks")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object per run")
+    p.add_argument("--runs", type=int, default=1, help="soaks in a row, seeds --seed, +1, ...")
     args = p.parse_args(argv)
-    if args.concurrency < 1:
-        p.error("--concurrency must be 1 or more")
+    if args.concurrency < 1 or args.runs < 1:
+        p.error("--concurrency and --runs must be 1 or more")
     if args.deadline_s <= args.submit_s or args.jobs < 1:
         p.error("--deadline-s must exceed --submit-s, and --jobs be 1 or more")
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
-    args.seed = args.seed if args.seed is not None else random.randrange(2**32)
+def soak_once(args: argparse.Namespace, seed: int) -> Row:
+    """One soak with its own redis-server, daemons and work dir; its figures."""
+    args.seed = seed
     work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     out: Row = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "jobs": args.jobs,
-        "seed": args.seed,
+        "seed": seed,
         "settings": {**DAEMON_ENV, "DISPATCH_CONCURRENCY": str(args.concurrency)},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "python": platform.python_version(),
@@ -472,19 +477,42 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with children() as kids:
             out.update(uvloop.run(run(args, kids, work)))
-    except KeyboardInterrupt:
-        sys.exit(130)
     finally:
         if args.keep:
             print(f"soak: kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+SUMMARY = (*MUST_BE_ZERO, "reran_unreported", "reruns_by_cause", "wall_s", "kills", "freezes")
+
+
+def report(out: Row, args: argparse.Namespace, index: int) -> None:
     if args.json:
-        print(json.dumps(out))
-    else:
+        print(json.dumps(out), flush=True)
+    elif args.runs == 1:
         for name, value in out.items():
             print(f"{name:28} {value}")
-    sys.exit(1 if any(out.get(name) for name in MUST_BE_ZERO) else 0)
+    else:
+        figures = "  ".join(f"{name}={out.get(name)}" for name in SUMMARY)
+        print(f"run {index + 1}/{args.runs} seed={out['seed']}  {figures}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    first = args.seed if args.seed is not None else random.randrange(2**32)
+    failed = 0
+    try:
+        for index in range(args.runs):
+            out = soak_once(args, (first + index) % 2**32)
+            report(out, args, index)
+            failed += any(out.get(name) for name in MUST_BE_ZERO)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    if args.runs > 1 and not args.json:
+        print(f"runs with a non-zero {'/'.join(MUST_BE_ZERO)}: {failed} of {args.runs}")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
