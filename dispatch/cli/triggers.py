@@ -2,7 +2,8 @@
 
 The triggers are this host's triggers.json (its last good copy is all a CLI process has: a
 broken file is reported, exit 2); their state is the fleet's, in Redis. The agreement line
-compares this host's fingerprint with every live daemon's heartbeat.
+compares this host's fingerprint with every live daemon's heartbeat; a `clocks:` line names
+each live host whose clock is more than 2 s off Redis's (dispatch/fleet/skew.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dispatch.client import Client, JobView
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import load_once
 from dispatch.errors import ConfigError
+from dispatch.fleet import skew
 from dispatch.model import RunRecord, iso
 from dispatch.queue import keys
 from dispatch.triggers import control
@@ -69,10 +71,14 @@ async def show(client: Client, settings: Settings, as_json: bool) -> int:
     now = client.clock.now_ms()
     rows = await control.rows(store, triggers, now)
     agreed = await agreement(client.redis, client.prefix, settings.host, mine)
+    off = skew.skewed(await skew.published_offsets(client.redis, client.prefix))
     if as_json:
-        print(json.dumps({"agreement": agreed.as_json(), "triggers": rows}))
+        found = {"agreement": agreed.as_json(), "triggers": rows, "skewed_clocks_ms": off}
+        print(json.dumps(found))
     else:
         print(control.table(rows, agreed))
+        if off:
+            print(f"clocks: {skew.words(off)} (rounds are judged by Redis's TIME)")
     return 0
 
 

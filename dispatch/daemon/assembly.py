@@ -17,7 +17,7 @@ from functools import partial
 import uvloop
 from redis.asyncio import Redis
 
-from dispatch.clock import SystemClock
+from dispatch.clock import ServerTime, SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
 from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
@@ -120,7 +120,8 @@ async def _serve_as_owner(
         ) as processor,
     ):
         runner = processor.runner
-        minter = Minter(settings, redis, SystemClock(), config.current)
+        server_time = ServerTime(SystemClock())  # measured by the heartbeat, read by the minter
+        minter = Minter(settings, redis, SystemClock(), config.current, server_time)
         worker = Worker(
             settings,
             redis,
@@ -128,6 +129,7 @@ async def _serve_as_owner(
             blocking=blocking,
             records=processor.local_log,
             minter=minter,
+            server_time=server_time,
         )
         left = _left_records(processor)
         async with _owned(owner, worker, stop):

@@ -6,9 +6,11 @@ sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline p
 settle     every `DISPATCH_SWEEP_EVERY` too, once per daemon: the spend reservations of
            every queue of the fleet whose claims were gone on two looks in a row are settled
            at their reserved amount (runs lost with their daemon; dispatch/spend/ledger.py);
-heartbeat  this host's alive key (with its running count, and its trigger fingerprint for
-           the fleet agreement of dispatch/triggers/agreement.py), which other hosts count
-           and `dispatch cancel` asks before it waits for an acknowledgement;
+heartbeat  this host's alive key (with its running count, its trigger fingerprint for the
+           fleet agreement of dispatch/triggers/agreement.py, and its clock's offset to the
+           server's TIME, measured in the same round trip: dispatch/fleet/skew.py), which
+           other hosts count and `dispatch cancel` asks before it waits for an
+           acknowledgement;
 output     at start and then hourly: captured output files last written longer than
            `DISPATCH_OUTPUT_RETENTION` ago are removed, except those of the claims this
            process holds. A live run's file is kept by name, not trusted to a recent mtime: a
@@ -26,9 +28,10 @@ from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
 
-from dispatch.clock import Clock
+from dispatch.clock import Clock, ServerTime
 from dispatch.config.settings import Settings
 from dispatch.daemon import outcomes
+from dispatch.fleet import skew
 from dispatch.log import event
 from dispatch.model import encoder
 from dispatch.queue import fleet_pause, keys
@@ -48,6 +51,7 @@ class Upkeep:
         running: Callable[[], int],
         claims: Callable[[], Iterable[Claim]] = tuple,
         fingerprint: Callable[[], str] | None = None,
+        server_time: ServerTime | None = None,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -56,6 +60,7 @@ class Upkeep:
         self.claims = claims  # what this process holds now: their runs' output stays
         self.spend = SpendLedger(redis, settings.prefix)
         self.fingerprint = fingerprint
+        self.server_time = server_time or ServerTime(clock)
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -76,8 +81,15 @@ class Upkeep:
         beat: dict[str, object] = {"host": self.settings.host, "running": self.running()}
         if self.fingerprint is not None:
             beat["triggers"] = self.fingerprint()
-        payload = encoder.encode(beat)
-        await self.redis.set(alive, payload, px=int(period_s * 3000))
+        if self.server_time.offset_ms is None:  # the first beat publishes one too
+            await self.server_time.measure(self.redis)
+        beat[skew.FIELD] = self.server_time.offset_ms
+        async with self.redis.pipeline(transaction=False) as p:
+            p.set(alive, encoder.encode(beat), px=int(period_s * 3000))
+            p.time()
+            sent = self.clock.now_ms()
+            _, reply = await p.execute()
+        self.server_time.note(reply, sent, self.clock.now_ms())
         # the pause is followed every other beat (an idle daemon stays near one command a
         # second); the first beat, before any claim, also registers the queues
         if self._beats % 2 == 0:

@@ -24,7 +24,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from dispatch.clock import Clock, SystemClock
+from dispatch.clock import Clock, ServerTime, SystemClock
 from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
@@ -63,6 +63,7 @@ class Worker:
         clock: Clock | None = None,
         records: RecordLog | None = None,
         minter: Minter | None = None,
+        server_time: ServerTime | None = None,
     ) -> None:
         self.settings = settings
         self.minter = minter
@@ -89,6 +90,7 @@ class Worker:
             lambda: len(self.running),
             lambda: [entry.claim for entry in self.running.values()],
             minter.fingerprint if minter else None,
+            server_time,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11

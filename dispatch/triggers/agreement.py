@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from redis.asyncio import Redis
 
-from dispatch.queue import keys
+from dispatch.queue.heartbeats import heartbeats
 
 FIELD = "triggers"
 
@@ -50,31 +49,9 @@ async def agreement(redis: Redis, prefix: str, host: str, mine: str) -> Agreemen
 
 async def published_fingerprints(redis: Redis, prefix: str) -> dict[str, str]:
     """Live host -> the fingerprint its heartbeat carries."""
-    hosts = sorted(_text(h) for h in await redis.smembers(keys.hosts_registry(prefix)))
-    if not hosts:
-        return {}
-    async with redis.pipeline(transaction=False) as p:
-        for h in hosts:
-            p.get(keys.host_alive(h, prefix))
-        beats = await p.execute()
     found = {}
-    for h, raw in zip(hosts, beats, strict=True):
-        fp = _fingerprint(raw)
-        if fp is not None:
-            found[h] = fp
+    for host, beat in (await heartbeats(redis, prefix)).items():
+        fp = beat.get(FIELD)
+        if isinstance(fp, str):
+            found[host] = fp
     return found
-
-
-def _fingerprint(raw: bytes | None) -> str | None:
-    if not raw:
-        return None
-    try:
-        value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    fp = value.get(FIELD) if isinstance(value, dict) else None
-    return fp if isinstance(fp, str) else None
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

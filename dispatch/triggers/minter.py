@@ -4,7 +4,10 @@ A round (every `DISPATCH_TRIGGER_EVERY`, and once before the daemon's first clai
 
 1. Agreement (`agreement.py`): a fingerprint that differs from a live peer's mints nothing.
 2. `seen`: the previous round's instant, swapped for this one. A gap of more than
-   `max(3 periods, 1 minute)` means no daemon minted in between: downtime.
+   `max(3 periods, 1 minute)` means no daemon minted in between: downtime. Every instant of a
+   round is the server's (this host's clock plus its measured offset, `Minter.now_ms`): `seen`
+   was written by another host, and a host whose clock ran ahead would otherwise take every
+   round for downtime and cancel occurrences not yet due.
 3. Per trigger of the file: the occurrences within 3 periods ahead (at least the next one) are
    wanted, each a job with a deterministic id and dedup key (`spec.py`), due at its instant plus
    the trigger's jitter. Pending occurrences no longer wanted (the trigger was disabled, paused,
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from dispatch.clock import Clock
+from dispatch.clock import Clock, ServerTime
 from dispatch.config.schemas import ConfigSnapshot
 from dispatch.config.settings import Settings
 from dispatch.errors import InvalidJob, ScriptError
@@ -56,10 +59,13 @@ class Minter:
         redis: Redis,
         clock: Clock,
         config: Callable[[], ConfigSnapshot],
+        server_time: ServerTime | None = None,
     ) -> None:
         self.s = settings
         self.redis = redis
         self.clock = clock
+        # None trusts `clock` as it is (tests move it by hand); a daemon judges by the server
+        self.server_time = server_time
         self.config = config
         self.store = TriggerStore(redis, settings.prefix)
         self.ahead_ms = int(AHEAD_PERIODS * settings.trigger_every_s * 1000)
@@ -77,9 +83,16 @@ class Minter:
     def fingerprint(self) -> str:
         return self.current().fingerprint
 
+    async def now_ms(self) -> int:
+        """The round's instant: by the server's TIME, through this host's measured offset, as
+        `seen` was written by whichever host minted last (dispatch/fleet/skew.py)."""
+        if self.server_time is None:
+            return self.clock.now_ms()
+        return await self.server_time.now_ms(self.redis)
+
     async def tick(self) -> None:
         """One round (module docstring)."""
-        now = self.clock.now_ms()
+        now = await self.now_ms()
         current = self.current()
         if not await self._agreed(current.fingerprint):
             return
@@ -146,7 +159,7 @@ class Minter:
         late = self._late_run(c, gap_from, now)
         for m, untouched in zip(missed, fresh, strict=True):
             if untouched and m.at_ms != late:
-                await self._cancel_missed(m)
+                await self._cancel_missed(m, now)
         if late is not None and all(m.at_ms != late for m in missed):
             await self._mint(c, Minted(occurrence_id(c.id, late), c.queue, c.sig, late), now)
         ran = len(missed) - sum(fresh) + (late is not None)
@@ -163,8 +176,8 @@ class Minter:
         at = c.schedule.latest(now)
         return at if at is not None and at > gap_from and now - at <= c.window_ms else None
 
-    async def _cancel_missed(self, m: Minted) -> None:
-        ended = iso(self.clock.now_ms()) or ""
+    async def _cancel_missed(self, m: Minted, now: int) -> None:
+        ended = iso(now) or ""
         result = Result(
             state="cancelled",
             outcome=POLICY,

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from redis.asyncio import Redis
 
-from dispatch.clock import FakeClock
+from dispatch.clock import FakeClock, ServerTime
 from dispatch.config.schemas import ConfigSnapshot, Trigger
 from dispatch.config.settings import Settings
 from dispatch.queue import keys
@@ -41,11 +41,20 @@ class Config:
 
 
 def minter(
-    redis: Redis, prefix: str, clock: FakeClock, config: Config, host: str = "h1", every_s=60.0
+    redis: Redis,
+    prefix: str,
+    clock: FakeClock,
+    config: Config,
+    host: str = "h1",
+    every_s=60.0,
+    by_server: bool = False,
 ) -> Minter:
+    """A minter on `clock`; `by_server` sets it right by its offset to the server's TIME, as a
+    daemon's is (otherwise the test moves time by hand)."""
     settings = Settings(redis_url="", embedded=False, prefix=prefix, host=host)
     settings = replace(settings, trigger_every_s=every_s)
-    return Minter(settings, redis, clock, config.current)
+    server_time = ServerTime(clock) if by_server else None
+    return Minter(settings, redis, clock, config.current, server_time)
 
 
 async def job_ids(redis: Redis, prefix: str, queue: str = "jobs") -> set[str]:

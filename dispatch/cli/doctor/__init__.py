@@ -16,6 +16,8 @@
     secret           one line per profile of secrets.json: its command is an executable on
                      the resolver's PATH, or its file is private to this user (chmod 600,
                      owned by whoever runs the doctor: run it as the daemon's user) and JSON
+    clocks           a warning names each live daemon's host (and this one) whose clock is
+                     more than 2 s off Redis's TIME (dispatch/fleet/skew.py)
     triggers         this host's trigger fingerprint against every live daemon's: a daemon
                      whose fingerprint differs from a peer's mints nothing (a failure); a
                      trigger the stall guard disabled is a warning; no line for a host
@@ -32,6 +34,7 @@ import sys
 from typing import TextIO
 
 from dispatch.cli.doctor.checks import (
+    clock_checks,
     config_checks,
     failed,
     profile_checks,
@@ -50,6 +53,7 @@ def report(settings: Settings, out: TextIO | None = None) -> int:
     checks += profile_checks(settings.config_dir)
     if not failed(checks):  # a throwaway container needs the engine and the image
         checks += asyncio.run(egress_checks(settings))
+    checks += asyncio.run(clock_checks(settings))
     checks += asyncio.run(trigger_checks(settings))
     for check in checks:
         print(render(check), file=out or sys.stdout)

@@ -186,3 +186,25 @@ async def trigger_checks(settings: Settings) -> list[Check]:
     finally:
         await redis.aclose()
     return [Check("triggers", ok, words, warn) for ok, warn, words in found]
+
+
+async def clock_checks(settings: Settings) -> list[Check]:
+    """Each live daemon's clock, and this host's, against the server's TIME."""
+    from dispatch.clock import ServerTime, SystemClock
+    from dispatch.fleet import skew
+
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
+    try:
+        offsets = await skew.published_offsets(redis, settings.prefix)
+        here = ServerTime(SystemClock())
+        await here.measure(redis)
+    except (RedisError, OSError):
+        return []  # the redis line already says why
+    finally:
+        await redis.aclose()
+    offsets[settings.host] = here.offset_ms or 0  # this host now, whatever its daemon said
+    off = skew.skewed(offsets)
+    if not off:
+        return [Check("clocks", True, f"{len(offsets)} host(s) within 2 s of Redis's TIME")]
+    hint = "run NTP there: its records and --after instants use its own clock"
+    return [Check("clocks", True, f"{skew.words(off)}; {hint}", warn=True)]

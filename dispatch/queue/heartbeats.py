@@ -1,0 +1,38 @@
+"""The fleet's heartbeats, read: each live host's alive key (`keys.host_alive`), a JSON object
+its daemon refreshes every few seconds (dispatch/daemon/upkeep.py writes it). Readers take the
+field they need: the trigger fingerprint (triggers/agreement.py), the clock offset
+(fleet/skew.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+
+from dispatch.queue import keys
+
+
+async def heartbeats(redis: Redis, prefix: str) -> dict[str, dict[str, Any]]:
+    """Live host -> its heartbeat; one SMEMBERS, one pipelined read. A beat that is not a JSON
+    object is left out, as is a host whose key expired (it is not alive)."""
+    hosts = sorted(_text(h) for h in await redis.smembers(keys.hosts_registry(prefix)))
+    if not hosts:
+        return {}
+    async with redis.pipeline(transaction=False) as p:
+        for h in hosts:
+            p.get(keys.host_alive(h, prefix))
+        beats = await p.execute()
+    found = {}
+    for h, raw in zip(hosts, beats, strict=True):
+        try:
+            value = msgspec.json.decode(raw) if raw else None
+        except msgspec.DecodeError:
+            value = None
+        if isinstance(value, dict):
+            found[h] = value
+    return found
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
