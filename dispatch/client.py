@@ -11,6 +11,7 @@ the queue's scripts.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import time
@@ -39,6 +40,7 @@ from dispatch.model import (
 from dispatch.queue import fleet_pause, keys
 from dispatch.queue.connect import redis_client
 from dispatch.queue.fleet_pause import PauseState
+from dispatch.queue.heartbeats import heartbeats as heartbeats_of
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
 from dispatch.records.unreadable import UNREADABLE, Unreadable, detail, run_record
@@ -49,6 +51,7 @@ DAY_MS = 24 * HOUR_MS
 # blocking wait is taken in steps well under it; redis-py 8 defaults to the same 5 s.
 _SOCKET_TIMEOUT_S = 5.0
 _ACK_STEP_S = 0.5  # also how soon a claim that ended while we waited is noticed
+_GONE_STEP_S = 0.2  # how often a killed run's claim is looked at
 # A job that changes state between two round trips this many times in a row is not racing
 # one cancel: something else is wrong, and the caller hears so.
 _CANCEL_LOOKS = 20
@@ -104,7 +107,9 @@ class JobView:
         }
 
 
-CancelOutcome = Literal["cancelled", "taken", "unowned", "finished", "unacknowledged"]
+CancelOutcome = Literal[
+    "cancelled", "taken", "unowned", "finished", "unacknowledged", "killed", "kill-sent"
+]
 
 
 @dataclass(frozen=True)
@@ -220,12 +225,14 @@ class Client:
         # a job that cannot be read might be in any state: it is listed whatever was asked
         return [v for v in found if v is not None and state in (None, v.state, UNREADABLE)]
 
-    async def cancel(self, job_id: str, wait_s: float = 10.0) -> CancelAnswer:
+    async def cancel(self, job_id: str, wait_s: float = 10.0, kill: bool = False) -> CancelAnswer:
         """Stop exactly one job, whatever its state; raise NotFound for an unknown id.
 
         A job can move while this looks (its claim ends, a deferred job is picked up again):
         then it is looked at again, so the answer says where the job is now. For a running job,
-        wait up to `wait_s` for its owner's acknowledgement or for the claim to end."""
+        wait up to `wait_s` for its owner's acknowledgement or for the claim to end. With
+        `kill`, the owner kills the run at once (no grace) or, if its stop did not take, sends
+        the engine's kill again; then this waits the rest of `wait_s` for the run to be gone."""
         deadline = time.monotonic() + wait_s
         requested = False
         for _ in range(_CANCEL_LOOKS):
@@ -242,13 +249,18 @@ class Client:
             owner = token.rpartition(":")[0]
             if not owner or not await self.redis.exists(keys.host_alive(owner, self.prefix)):
                 return CancelAnswer("unowned", owner)
+            # a request stands at most a day, the script's bound, however long the wait
+            ttl_ms = int(min(max(wait_s, 1) * 3000, DAY_MS))
+            if kill:  # before the cancel: the owner reads both at the same renewal
+                await self.redis.set(q.keys.kill(job_id), token, px=ttl_ms)
             try:
-                # a request stands at most a day, the script's bound, however long the wait
-                await q.request_cancel(job_id, token, int(min(max(wait_s, 1) * 3000, DAY_MS)))
+                await q.request_cancel(job_id, token, ttl_ms)
             except LockLost:
                 continue  # the claim ended between the two calls: look again
             requested = True
             answer = await self._acknowledged(q, job_id, token, deadline)
+            if answer is not None and kill and answer.outcome == "taken":
+                return await self._gone(q, job_id, token, deadline, answer.host)
             if answer is not None:
                 return answer
         raise Conflict(f"cancel {job_id}: the job kept changing state; nothing more was asked")
@@ -290,6 +302,25 @@ class Client:
         if requested and result is not None and result.reason == OPERATOR_CANCEL:
             return CancelAnswer("cancelled", result.host)
         return CancelAnswer("finished")
+
+    async def _gone(
+        self, q: Queue, job_id: str, token: str, deadline: float, host: str
+    ) -> CancelAnswer:
+        """After a kill was taken: whether the run's claim ended before the deadline."""
+        while True:
+            if _text(await self.redis.hget(q.keys.lock, job_id) or b"") != token:
+                return CancelAnswer("killed", host)
+            if (left := deadline - time.monotonic()) <= 0:
+                return CancelAnswer("kill-sent", host)
+            await asyncio.sleep(min(left, _GONE_STEP_S))
+
+    async def stuck_stop(self, view: JobView) -> dict[str, str] | None:
+        """What the owner's heartbeat says of the job's run if its stop did not take."""
+        if view.state != "active" or not view.owner:
+            return None
+        beat = (await heartbeats_of(self.redis, self.prefix, [view.owner])).get(view.owner, {})
+        found = [s for s in beat.get("stuck") or () if isinstance(s, dict)]
+        return next((s for s in found if s.get("job") == view.id), None)
 
     async def _acknowledged(
         self, q: Queue, job_id: str, token: str, deadline: float

@@ -146,7 +146,7 @@ def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
-        answer = await client.cancel(args.id, args.wait)
+        answer = await client.cancel(args.id, args.wait, kill=args.kill)
         line, code = view.cancel_line(args.id, answer)
         print(line, file=sys.stdout if code == 0 else sys.stderr)
         return code
@@ -277,6 +277,12 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("id")
     cancel.add_argument(
         "--wait", type=inputs.seconds, default=10.0, help="DURATION to wait for the owning host"
+    )
+    cancel.add_argument(
+        "--kill",
+        action="store_true",
+        help="kill a running job at once, or send the kill again to one whose stop did not take,"
+        " and wait for the run to be gone",
     )
     add("pause", cmd_pause, "stop starting jobs fleet-wide (durable); jobs still enqueue")
     add("resume", cmd_pause, "start jobs again")

@@ -36,9 +36,10 @@ def _triggers(settings: Settings) -> tuple[list[Compiled], str]:
 async def why(client: Client, found: JobView, runs: list[RunRecord], as_json: bool) -> str:
     """`dispatch why`: the job's story, and the trigger that minted it, if one did."""
     minted = await origin_of(client, found)
+    stuck = await client.stuck_stop(found)
     if as_json:
-        return json.dumps(json.loads(views.why_json(found, runs)) | {"trigger": minted})
-    return "\n".join([views.why_text(found, runs), *why_lines(minted)])
+        return json.dumps(json.loads(views.why_json(found, runs, stuck)) | {"trigger": minted})
+    return "\n".join([views.why_text(found, runs, stuck), *why_lines(minted)])
 
 
 async def origin_of(client: Client, view: JobView) -> dict[str, object] | None:

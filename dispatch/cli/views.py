@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -99,8 +99,11 @@ def runs_json(records: Sequence[RunRecord | Unreadable]) -> str:
     return msgspec.json.encode(rows).decode()
 
 
-def why_json(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
+def why_json(
+    v: JobView, runs: Sequence[RunRecord] = (), stuck: Mapping[str, str] | None = None
+) -> str:
     story = v.as_json()
+    story["stop_did_not_take"] = dict(stuck) if stuck else None
     story["degraded"] = [
         {"attempt": r.attempt, "host": r.host, "leases": list(r.degraded)}
         for r in runs
@@ -109,12 +112,17 @@ def why_json(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
     return msgspec.json.encode(story).decode()
 
 
-def why_text(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
-    """The job's story; `runs` (its attempts' records) add what an operator must know of them."""
+def why_text(
+    v: JobView, runs: Sequence[RunRecord] = (), stuck: Mapping[str, str] | None = None
+) -> str:
+    """The job's story; `runs` (its attempts' records) add what an operator must know of them,
+    and `stuck` (its owner's word that the run's stop did not take) what is still alive."""
     lines = [f"Job {v.id} on queue {v.queue} is {v.state}."]
     if v.queued_at:
         lines.append(f"It was queued at {v.queued_at}.")
     lines += _state_sentences(v)
+    if stuck:
+        lines.append(stuck_line(v.id, v.owner or "its host", stuck))
     if v.defer and v.state != "delayed":
         d = v.defer
         lines.append(
@@ -123,6 +131,17 @@ def why_text(v: JobView, runs: Sequence[RunRecord] = ()) -> str:
         )
     lines += [_degraded(r) for r in runs if r.degraded]
     return "\n".join(lines)
+
+
+def stuck_line(job_id: str, host: str, stuck: Mapping[str, str]) -> str:
+    """`stopping since HH:MM, container X still alive`, with what holds and what to do."""
+    since = stuck.get("since", "")
+    at = f"{since[11:16]} UTC" if len(since) >= 16 else "a while"
+    return (
+        f"It is stopping since {at} ({stuck.get('reason') or 'aborted'}), {stuck.get('run')}"
+        f" still alive on {host}: its folder, slots and budget stay held until it is gone;"
+        f" `dispatch cancel --kill {job_id}` sends the kill again."
+    )
 
 
 def _degraded(r: RunRecord) -> str:
@@ -209,6 +228,14 @@ def cancel_line(job_id: str, answer: CancelAnswer) -> tuple[str, int]:
             return f"{job_id}: cancelled before it started (operator-cancel)", 0
         case "taken":
             return f"{job_id}: cancel taken by host {answer.host}; the run is being stopped", 0
+        case "killed":
+            return f"{job_id}: killed by host {answer.host}; the run is gone", 0
+        case "kill-sent":
+            return (
+                f"dispatch: {job_id}: host {answer.host} sent the kill, but the run was not gone"
+                " in time; `dispatch why` says whether it still is",
+                1,
+            )
         case "finished":
             return f"dispatch: {job_id} has already finished; nothing to cancel", 1
         case "unowned":

@@ -52,6 +52,7 @@ class Timing:
     block_s: float = 5.0  # longest single BZPOPMIN
     idle_claim_s: float = 30.0  # a safety claim when nothing woke us for this long
     batch: int = 100  # most jobs claimed per call
+    stop_slack_s: float = 10.0  # past the stop grace, when a stop that has not taken is told
 
 
 @dataclass

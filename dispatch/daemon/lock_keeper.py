@@ -16,9 +16,15 @@ The settings refuse a lock shorter than 3 x (stop grace + renewal period), so an
 shorter than about a third of the lock never stops a run.
 
 A stopped run keeps its claim and its holds until it is really gone, however long that takes;
-one still there `ABORT_SLACK_S` past the stop grace is logged (`run_abort_unconfirmed`), once,
-judged at the renewal ticks (so up to two periods later): a per-run timer for it cost more
-than the rest of a no-op pickup's run.
+one still there `ABORT_SLACK_S` past the stop grace is a stop that did not take: logged once
+(`stop_did_not_take`, naming the container), published with the heartbeat (`stuck()`, which
+`dispatch why` and `dispatch doctor` read), judged at the renewal ticks (so up to two periods
+late: a per-run timer for it cost more than the rest of a no-op pickup's run). The operator's
+`dispatch cancel --kill ID` leaves a kill request (`keys.kill`, naming the claim) beside its
+cancel request; the keeper looks for one only for runs being stopped, makes the stop urgent and
+has the runner send the kill again, in a task of its own so a hung engine never holds up the
+renewals. When the run is gone at last, its attempt ends once: `operator-cancel`, whatever
+stopped it first, since the operator asked for it to end.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.errors import RedisUnavailable
 from dispatch.log import event
+from dispatch.model import iso
+from dispatch.queue.faults import redis_call
 from dispatch.queue.transitions import Claim, Queue
 from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
-from dispatch.runners.base import AbortSignal
+from dispatch.runners.base import AbortSignal, Runner
 
-ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is logged
+ABORT_SLACK_S = 10.0  # past the stop grace, how long a stop may take before it is told (Timing)
 
 
 class Running(msgspec.Struct):
@@ -47,7 +55,8 @@ class Running(msgspec.Struct):
     signal: AbortSignal = msgspec.field(default_factory=AbortSignal)
     renewed_at: float = 0.0  # clock.monotonic() when the last successful renewal was sent
     stop_seen: float | None = None  # clock.monotonic() at the first tick that saw it aborted
-    stop_logged: bool = False
+    stop_since_ms: int = 0  # clock.now_ms() then, for `dispatch why`
+    stop_logged: bool = False  # the stop did not take: logged, and published
 
 
 class LockKeeper:
@@ -58,17 +67,21 @@ class LockKeeper:
         queues: Mapping[str, Queue],
         running: Mapping[tuple[str, str], Running],
         clock: Clock,
+        runner: Runner | None = None,
+        slack_s: float = ABORT_SLACK_S,
     ) -> None:
         self.settings = settings
         self.redis = redis
         self.queues = queues
         self.running = running
         self.clock = clock
+        self.runner = runner
+        self._kills: set[asyncio.Task[None]] = set()
         margin = settings.renew_s / 2
         lock_s = settings.lock_ms / 1000
         self.stop_after_s = lock_s - settings.stop_grace_s - 2 * settings.renew_s - margin
         self.lost_after_s = lock_s - margin
-        self.unconfirmed_after_s = settings.stop_grace_s + ABORT_SLACK_S
+        self.unconfirmed_after_s = settings.stop_grace_s + slack_s
 
     async def tick(self) -> None:
         """One renewal period: judge every run's deadline, renew every queue's claims (each
@@ -85,10 +98,35 @@ class LockKeeper:
             if not entry.signal.is_set or entry.stop_logged:
                 continue
             if entry.stop_seen is None:
-                entry.stop_seen = now
+                entry.stop_seen, entry.stop_since_ms = now, self.clock.now_ms()
             elif now - entry.stop_seen >= self.unconfirmed_after_s:
                 entry.stop_logged = True
-                event("run_abort_unconfirmed", job=entry.claim.id, reason=entry.signal.reason)
+                c = entry.claim
+                event(
+                    "stop_did_not_take",
+                    job=c.id,
+                    queue=c.queue,
+                    reason=entry.signal.reason,
+                    run=self._running_as(c.id),
+                    since=iso(entry.stop_since_ms),
+                )
+
+    def stuck(self) -> list[dict[str, str]]:
+        """The runs whose stop did not take, for the heartbeat."""
+        return [
+            {
+                "job": e.claim.id,
+                "queue": e.claim.queue,
+                "reason": e.signal.reason,
+                "run": self._running_as(e.claim.id),
+                "since": iso(e.stop_since_ms) or "",
+            }
+            for e in self.running.values()
+            if e.stop_logged
+        ]
+
+    def _running_as(self, job_id: str) -> str:
+        return self.runner.running_as(job_id) if self.runner is not None else "its run"
 
     def judge(self, entries: Iterable[Running]) -> None:
         """Stop each run whose claim may lapse before its stop could finish."""
@@ -129,14 +167,56 @@ class LockKeeper:
             held[job_id].signal.abort(LOCK_LOST, urgent=True)
         for job_id in cancels:
             await self._take_cancel(queue, held[job_id])
+        stopping = [e for e in held.values() if e.signal.is_set]
+        if stopping:
+            await self._take_kills(queue, stopping)
+
+    async def _take_kills(self, queue: Queue, stopping: list[Running]) -> None:
+        """The kill requests for runs being stopped: each one's claim, exactly, or nothing."""
+        try:
+            with redis_call(f"kill requests {queue.name}"):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for entry in stopping:
+                        pipe.getdel(queue.keys.kill(entry.claim.id))
+                    asked = await asyncio.wait_for(pipe.execute(), self.settings.renew_s)
+        except (RedisUnavailable, TimeoutError) as exc:
+            event("kill_requests_unread", queue=queue.name, error=str(exc) or type(exc).__name__)
+            return
+        for entry, token in zip(stopping, asked, strict=True):
+            if token is not None and _text(token) == entry.claim.token:
+                await self._take_kill(queue, entry)
+
+    async def _take_kill(self, queue: Queue, entry: Running) -> None:
+        entry.signal.abort(OPERATOR_CANCEL, urgent=True, over=True)
+        run = self._running_as(entry.claim.id)
+        event("kill_taken", job=entry.claim.id, run=run, reason=entry.signal.reason)
+        if self.runner is not None:
+            task = asyncio.create_task(self._kill_again(entry.claim.id, run))
+            self._kills.add(task)
+            task.add_done_callback(self._kills.discard)
+        await self._acknowledge(queue, entry.claim.id)
+
+    async def _kill_again(self, job_id: str, run: str) -> None:
+        assert self.runner is not None
+        try:
+            await self.runner.kill_again(job_id)
+        except Exception as exc:  # the engine's answer, whatever it is: the run stays held
+            event("kill_failed", job=job_id, run=run, error=f"{type(exc).__name__}: {exc}")
 
     async def _take_cancel(self, queue: Queue, entry: Running) -> None:
         if entry.signal.is_set:
             return
         entry.signal.abort(OPERATOR_CANCEL)
         event("cancel_taken", job=entry.claim.id)
-        ack = queue.keys.ack(entry.claim.id)
+        await self._acknowledge(queue, entry.claim.id)
+
+    async def _acknowledge(self, queue: Queue, job_id: str) -> None:
+        ack = queue.keys.ack(job_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.lpush(ack, self.settings.host)
             pipe.expire(ack, 60)
             await pipe.execute()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -7,8 +7,9 @@ settle     every `DISPATCH_SWEEP_EVERY` too, once per daemon: the spend reservat
            every queue of the fleet whose claims were gone on two looks in a row are settled
            at their reserved amount (runs lost with their daemon; dispatch/spend/ledger.py);
 heartbeat  this host's alive key (with its running count, its trigger fingerprint for the
-           fleet agreement of dispatch/triggers/agreement.py, and its clock's offset to the
-           server's TIME, measured in the same round trip: dispatch/fleet/skew.py), which
+           fleet agreement of dispatch/triggers/agreement.py, its clock's offset to the
+           server's TIME, measured in the same round trip: dispatch/fleet/skew.py, and the
+           runs whose stop did not take, `stuck`, for `dispatch why` and `doctor`), which
            other hosts count and `dispatch cancel` asks before it waits for an
            acknowledgement;
 output     at start and then hourly: captured output files last written longer than
@@ -52,6 +53,7 @@ class Upkeep:
         claims: Callable[[], Iterable[Claim]] = tuple,
         fingerprint: Callable[[], str] | None = None,
         server_time: ServerTime | None = None,
+        stuck: Callable[[], list[dict[str, str]]] = list,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -61,6 +63,7 @@ class Upkeep:
         self.spend = SpendLedger(redis, settings.prefix)
         self.fingerprint = fingerprint
         self.server_time = server_time or ServerTime(clock)
+        self.stuck = stuck  # runs whose stop did not take (daemon/lock_keeper.py)
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -84,6 +87,8 @@ class Upkeep:
         if self.server_time.offset_ms is None:  # the first beat publishes one too
             await self.server_time.measure(self.redis)
         beat[skew.FIELD] = self.server_time.offset_ms
+        if stuck := self.stuck():
+            beat["stuck"] = stuck
         async with self.redis.pipeline(transaction=False) as p:
             p.set(alive, encoder.encode(beat), px=int(period_s * 3000))
             p.time()

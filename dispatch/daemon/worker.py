@@ -82,7 +82,15 @@ class Worker:
             for name in settings.queues
         }
         queues = {name: lane.queue for name, lane in self.lanes.items()}
-        self.locks = LockKeeper(settings, redis, queues, self.running, self.clock)
+        self.locks = LockKeeper(
+            settings,
+            redis,
+            queues,
+            self.running,
+            self.clock,
+            processor.runner,
+            self.timing.stop_slack_s,
+        )
         self.upkeep = Upkeep(
             settings,
             redis,
@@ -91,6 +99,7 @@ class Worker:
             lambda: [entry.claim for entry in self.running.values()],
             minter.fingerprint if minter else None,
             server_time,
+            self.locks.stuck,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11

@@ -15,6 +15,8 @@ instants with its own clock.
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis
 
 from dispatch.queue.heartbeats import heartbeats
@@ -25,8 +27,12 @@ FIELD = "offset_ms"  # the heartbeat's field (dispatch.clock.ServerTime measures
 
 async def published_offsets(redis: Redis, prefix: str) -> dict[str, int]:
     """Live host -> the offset its heartbeat carries (hosts that publish none are left out)."""
+    return offsets_of(await heartbeats(redis, prefix))
+
+
+def offsets_of(beats: dict[str, dict[str, Any]]) -> dict[str, int]:
     found = {}
-    for host, beat in (await heartbeats(redis, prefix)).items():
+    for host, beat in beats.items():
         offset = beat.get(FIELD)
         if isinstance(offset, int) and not isinstance(offset, bool):
             found[host] = offset

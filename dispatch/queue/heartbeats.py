@@ -13,10 +13,14 @@ from redis.asyncio import Redis
 from dispatch.queue import keys
 
 
-async def heartbeats(redis: Redis, prefix: str) -> dict[str, dict[str, Any]]:
-    """Live host -> its heartbeat; one SMEMBERS, one pipelined read. A beat that is not a JSON
-    object is left out, as is a host whose key expired (it is not alive)."""
-    hosts = sorted(_text(h) for h in await redis.smembers(keys.hosts_registry(prefix)))
+async def heartbeats(
+    redis: Redis, prefix: str, hosts: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Live host -> its heartbeat, of `hosts` or of every host registered (one SMEMBERS
+    more); one pipelined read. A beat that is not a JSON object is left out, as is a host
+    whose key expired (it is not alive)."""
+    if hosts is None:
+        hosts = sorted(_text(h) for h in await redis.smembers(keys.hosts_registry(prefix)))
     if not hosts:
         return {}
     async with redis.pipeline(transaction=False) as p:

@@ -53,6 +53,11 @@ class QueueKeys:
         """LIST the owning host pushes its name to when it takes a cancel request."""
         return f"{self.tag}:ack:{job_id}"
 
+    def kill(self, job_id: str) -> str:
+        """STRING, the claim token `dispatch cancel --kill` saw running (with a TTL): the owning
+        host sends the engine's kill again to that run."""
+        return f"{self.tag}:kill:{job_id}"
+
 
 def queue_keys(queue: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
     tag = "{" + prefix + ":" + queue + "}"

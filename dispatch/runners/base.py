@@ -95,11 +95,15 @@ class AbortSignal:
         if self._before_start is not None:
             self._before_start()
 
-    def abort(self, reason: str, *, urgent: bool = False) -> None:
+    def abort(self, reason: str, *, urgent: bool = False, over: bool = False) -> None:
+        """`over` puts this reason in place of an earlier one: the operator's `cancel --kill`
+        decides how a run whose stop did not take ends, whatever stopped it first."""
         if urgent and not self.is_urgent:
             self.is_urgent = True
             if self._urgent is not None:
                 self._urgent.set()
+        if over and self.reason:
+            self.reason = reason
         if not self.reason:
             self.reason = reason or "aborted"
             if self._event is not None:
@@ -232,6 +236,15 @@ class Runner(Protocol):
     async def settle(self) -> None:
         """Let background work (such as container removals) finish before the loop closes."""
         ...
+
+    def running_as(self, job_id: str) -> str:
+        """What of the job's run an operator would look for on this host (`container NAME`)."""
+        return "its run"
+
+    async def kill_again(self, job_id: str) -> None:
+        """Send the kill again to a run whose stop has not taken (`dispatch cancel --kill`);
+        raises what the engine answered if it refused."""
+        return None
 
 
 def classify(result: RunResult, abort_reason: str) -> tuple[Outcome, str]:

@@ -41,6 +41,16 @@ class ProcessRunner(Runner):
     ) -> None:
         self.base_env = base_env if base_env is not None else JOB.inherited()
         self.clock: Clock = clock or SystemClock()
+        self._groups: dict[str, int] = {}  # job id -> its live run's process group
+
+    def running_as(self, job_id: str) -> str:
+        group = self._groups.get(job_id)
+        return f"process group {group}" if group is not None else "its process group"
+
+    async def kill_again(self, job_id: str) -> None:
+        group = self._groups.get(job_id)
+        if group is not None:
+            kill_group(group, signal.SIGKILL)
 
     async def run(self, ctx: RunContext) -> RunResult:
         job = ctx.job
@@ -59,11 +69,13 @@ class ProcessRunner(Runner):
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)
         started = self.clock.now_ms()
         out = OutputFile(ctx.output_path, ctx.output_cap, job.id, hide=ctx.secrets.values())
+        self._groups[job.id] = proc.pid
         try:
             copier = asyncio.create_task(_copy(proc, out))
             kill, stopped = await _wait_or_abort(proc, ctx)
             await copier
         finally:
+            self._groups.pop(job.id, None)
             out.close()
         return RunResult(
             started=True,

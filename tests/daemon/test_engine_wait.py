@@ -26,7 +26,7 @@ from dispatch.reasons import (
     RETRY,
     SHUTDOWN,
 )
-from dispatch.runners.base import AbortSignal, IsLive, RunContext, RunResult
+from dispatch.runners.base import AbortSignal, IsLive, RunContext, Runner, RunResult
 from tests.support.pickups import claim_of
 from tests.support.redis_server import free_port
 
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.anyio
 MAX_WAIT_MS = 10 * 60_000
 
 
-class Unreachable:
+class Unreachable(Runner):
     """A runner whose engine never answers: nothing starts."""
 
     def __init__(self) -> None:

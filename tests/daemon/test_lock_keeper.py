@@ -107,7 +107,7 @@ async def test_a_stop_that_outlasts_grace_and_slack_is_logged_once(
     monkeypatch.setattr(
         lock_keeper_module,
         "event",
-        lambda name, **f: seen.append(f) if name == "run_abort_unconfirmed" else None,
+        lambda name, **f: seen.append(f) if name == "stop_did_not_take" else None,
     )
     clock = FakeClock()
     keeper, entry = keeper_with_one_run(away, clock)
@@ -121,4 +121,6 @@ async def test_a_stop_that_outlasts_grace_and_slack_is_logged_once(
     entry.renewed_at = clock.monotonic()
     await keeper.tick()
     await keeper.tick()
-    assert seen == [{"job": "j1", "reason": OPERATOR_CANCEL}]
+    [told] = seen
+    assert told["job"] == "j1" and told["reason"] == OPERATOR_CANCEL and told["run"] == "its run"
+    assert keeper.stuck()[0]["job"] == "j1" and keeper.stuck()[0]["since"]

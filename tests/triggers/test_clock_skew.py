@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.cli.doctor.checks import clock_checks
+from dispatch.cli.doctor.checks import fleet_checks
 from dispatch.clock import FakeClock, SystemClock
 from dispatch.config.settings import Settings
 from dispatch.daemon.upkeep import Upkeep
@@ -62,10 +62,10 @@ async def on_clocks(redis, prefix: str, offsets: dict[str, int]) -> None:
 async def test_doctor_names_a_host_whose_clock_is_off(redis, redis_url, prefix) -> None:
     settings = Settings(redis_url=redis_url, embedded=False, prefix=prefix, host="here")
     await on_clocks(redis, prefix, {"h1": 40})
-    [line] = await clock_checks(settings)
+    [line] = await fleet_checks(settings)
     assert line.ok and not line.warn and "2 host(s) within 2 s" in line.detail
     await on_clocks(redis, prefix, {"h2": -AHEAD_MS, "h3": 3100})
-    [line] = await clock_checks(settings)
+    [line] = await fleet_checks(settings)
     assert line.ok and line.warn
     named, _, hint = line.detail.partition("; ")
     assert named == "h2 90.0 s ahead of Redis, h3 3.1 s behind Redis" and "NTP" in hint

@@ -18,6 +18,8 @@
                      owned by whoever runs the doctor: run it as the daemon's user) and JSON
     clocks           a warning names each live daemon's host (and this one) whose clock is
                      more than 2 s off Redis's TIME (dispatch/fleet/skew.py)
+    stop-not-taken   a warning per run whose stop did not take (its daemon's heartbeat says
+                     so): the job, its container, since when, and `dispatch cancel --kill`
     triggers         this host's trigger fingerprint against every live daemon's: a daemon
                      whose fingerprint differs from a peer's mints nothing (a failure); a
                      trigger the stall guard disabled is a warning; no line for a host
@@ -34,9 +36,9 @@ import sys
 from typing import TextIO
 
 from dispatch.cli.doctor.checks import (
-    clock_checks,
     config_checks,
     failed,
+    fleet_checks,
     profile_checks,
     render,
     run_checks,
@@ -53,7 +55,7 @@ def report(settings: Settings, out: TextIO | None = None) -> int:
     checks += profile_checks(settings.config_dir)
     if not failed(checks):  # a throwaway container needs the engine and the image
         checks += asyncio.run(egress_checks(settings))
-    checks += asyncio.run(clock_checks(settings))
+    checks += asyncio.run(fleet_checks(settings))
     checks += asyncio.run(trigger_checks(settings))
     for check in checks:
         print(render(check), file=out or sys.stdout)

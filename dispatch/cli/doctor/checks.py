@@ -188,23 +188,43 @@ async def trigger_checks(settings: Settings) -> list[Check]:
     return [Check("triggers", ok, words, warn) for ok, warn, words in found]
 
 
-async def clock_checks(settings: Settings) -> list[Check]:
-    """Each live daemon's clock, and this host's, against the server's TIME."""
+async def fleet_checks(settings: Settings) -> list[Check]:
+    """From the live daemons' heartbeats: each one's clock (and this host's) against the
+    server's TIME, and each run whose stop did not take."""
     from dispatch.clock import ServerTime, SystemClock
-    from dispatch.fleet import skew
+    from dispatch.queue.heartbeats import heartbeats
 
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
     try:
-        offsets = await skew.published_offsets(redis, settings.prefix)
+        beats = await heartbeats(redis, settings.prefix)
         here = ServerTime(SystemClock())
         await here.measure(redis)
     except (RedisError, OSError):
         return []  # the redis line already says why
     finally:
         await redis.aclose()
-    offsets[settings.host] = here.offset_ms or 0  # this host now, whatever its daemon said
+    return [_clocks(beats, settings.host, here.offset_ms or 0), *_stuck(beats)]
+
+
+def _clocks(beats: dict[str, dict[str, Any]], host: str, mine: int) -> Check:
+    from dispatch.fleet import skew
+
+    offsets = skew.offsets_of(beats)
+    offsets[host] = mine  # this host now, whatever its daemon said
     off = skew.skewed(offsets)
     if not off:
-        return [Check("clocks", True, f"{len(offsets)} host(s) within 2 s of Redis's TIME")]
+        return Check("clocks", True, f"{len(offsets)} host(s) within 2 s of Redis's TIME")
     hint = "run NTP there: its records and --after instants use its own clock"
-    return [Check("clocks", True, f"{skew.words(off)}; {hint}", warn=True)]
+    return Check("clocks", True, f"{skew.words(off)}; {hint}", warn=True)
+
+
+def _stuck(beats: dict[str, dict[str, Any]]) -> list[Check]:
+    from dispatch.cli.views import stuck_line
+
+    return [
+        Check("stop-not-taken", True, f"{s.get('job')}: {stuck_line(str(s.get('job')), host, s)}",
+              warn=True)
+        for host, beat in beats.items()
+        for s in beat.get("stuck") or ()
+        if isinstance(s, dict)
+    ]  # fmt: skip

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -106,6 +107,8 @@ class _Exit:
     truncated: bool
     state: dict[str, Any]  # the container's State, inspected after the exit
 
+
+STOP_ANSWER_S = 2.0  # after the exit, how long a stop call in flight may take to answer
 
 # job id -> the egress proxy's env for its container, None when it has no grant
 EgressEnv = Callable[[str], list[str] | None]
@@ -185,6 +188,14 @@ class DockerRunner(Runner):
         """Wait for removals left running by cancelled runs."""
         while self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
+
+    def running_as(self, job_id: str) -> str:
+        return f"container {container_name(job_id)}"
+
+    async def kill_again(self, job_id: str) -> None:
+        """The engine's kill, once more; one that finds the container gone or exited is done."""
+        with contextlib.suppress(ContainerNotFound, ContainerNotRunning):
+            await self.client.kill(container_name(job_id))
 
     def _plan(self, job: Job) -> Plan | str:
         """The container's image, user and folder, or the refusal reason; asks the engine
@@ -297,16 +308,26 @@ class DockerRunner(Runner):
     async def _exit_or_stop(self, ctx: RunContext, cid: str, waiter: ExitWait) -> tuple[int, bool]:
         exited = asyncio.ensure_future(waiter.result())
         aborted = asyncio.ensure_future(ctx.aborted.wait())
+        stopping: asyncio.Future[bool] | None = None
         try:
             await asyncio.wait({exited, aborted}, return_when=asyncio.FIRST_COMPLETED)
             if exited.done() or await self._exited(cid):  # it ended before the abort came
                 return await exited, False
             event("container_stopping", job=ctx.job.id, reason=ctx.abort_reason)
-            stopped = await self._stop(cid, ctx)
-            return await exited, stopped
+            stopping = asyncio.ensure_future(self._stop(cid, ctx))
+            await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not stopping.done():  # it exited with our stop call in flight: let it answer
+                await asyncio.wait({stopping}, timeout=STOP_ANSWER_S)
+            code = await exited
+            if stopping.done():
+                return code, await stopping
+            # the call hangs, though the engine saw the exit (a kill sent again by `dispatch
+            # cancel --kill` ended it): the run is over; our signals are TERM and KILL
+            return code, code in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         finally:
-            aborted.cancel()
-            exited.cancel()
+            for task in (aborted, exited, stopping):
+                if task is not None:
+                    task.cancel()
 
     async def _exited(self, cid: str) -> bool:
         """Whether the engine has the container's exit though our wait has not answered yet:
