@@ -8,8 +8,9 @@
 A job is known by its credentials (`Proxy-Authorization: Basic job:token`, from the
 HTTPS_PROXY the runner gives it); no credentials answer 407, a host its rules do not allow 403
 with one `egress_refused` line naming the job, the host and the port (never a path or body).
-The proxy resolves names itself, and a wildcard rule never reaches a loopback, link-local or
-unspecified address (a name below an allowed domain could point there).
+The proxy resolves names itself and dials exactly the address it checked: a name never leads
+to an address that is not public, nor to one of this host's own, whatever the rule
+(addresses.py); only a rule that writes the address does.
 
 Bounded: at most `max_per_job` connections per job and `max_total` overall, the request head
 at most `max_head` bytes read within `head_timeout_s`, and a tunnel idle (no byte either way)
@@ -26,11 +27,13 @@ import hmac
 import http
 import ipaddress
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import h11
 
+from dispatch.egress.addresses import parse as parse_address
+from dispatch.egress.addresses import why_not
 from dispatch.egress.relay import Limits, forward, tunnel
 from dispatch.egress.rules import Rule, allows, normal_host, parse_port
 from dispatch.log import event
@@ -59,10 +62,25 @@ class Refused(Exception):
         self.status, self.text, self.headers = status, text, list(headers)
 
 
+# (name, port) -> the (family, address) pairs it resolves to; a test may answer for DNS
+Resolve = Callable[[str, int], Awaitable[list[tuple[int, str]]]]
+
+
+async def system_resolve(host: str, port: int) -> list[tuple[int, str]]:
+    found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(family, str(address[0])) for family, _, _, _, address in found]
+
+
 class EgressProxy:
-    def __init__(self, grants: dict[str, Grant], limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        grants: dict[str, Grant],
+        limits: Limits | None = None,
+        resolve: Resolve = system_resolve,
+    ) -> None:
         self.grants = grants  # job id -> grant, kept by the guard
         self.limits = limits or Limits()
+        self.resolve = resolve
         self.summary = "no allow-list"  # what an unauthenticated caller (doctor) is told
         self._server: asyncio.Server | None = None
         self._open = 0
@@ -141,21 +159,51 @@ class EgressProxy:
     async def _dial(
         self, grant: Grant, host: str, port: int, rule: Rule
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        loop = asyncio.get_running_loop()
-        t = self.limits.connect_timeout_s
+        name, t = normal_host(host), self.limits.connect_timeout_s
         try:
-            found = await asyncio.wait_for(
-                loop.getaddrinfo(normal_host(host), port, type=socket.SOCK_STREAM), t
-            )
-            family, _, _, _, address = found[0]
-            if rule.wildcard and _inward(str(address[0])):
-                event("egress_refused", job=grant.job, host=normal_host(host), port=port)
-                raise Refused(403, "a wildcard rule does not reach this machine's own addresses")
-            return await asyncio.wait_for(
-                asyncio.open_connection(str(address[0]), port, family=family), t
-            )
+            found = await asyncio.wait_for(self.resolve(name, port), t)
+            family, address = found[0]
         except (OSError, TimeoutError, IndexError) as exc:
-            raise Refused(502, f"cannot reach {normal_host(host)}:{port}") from exc
+            raise Refused(502, f"cannot reach {name}:{port}") from exc
+        if not names_address(rule):
+            self._check(grant, name, port, [a for _, a in found])
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(address, port, family=family), t)
+        except (OSError, TimeoutError) as exc:
+            raise Refused(502, f"cannot reach {name}:{port}") from exc
+
+    def _check(self, grant: Grant, name: str, port: int, addresses: list[str]) -> None:
+        """Every address the name gave must be public: one that is not refuses the name."""
+        for address in addresses:
+            try:
+                why = why_not(parse_address(address))
+            except ValueError:
+                why = "unreadable"
+            if why is not None:
+                event(
+                    "egress_refused", job=grant.job, host=name, port=port, address=address, why=why
+                )
+                raise Refused(
+                    403,
+                    f"{name} resolves to a {why} address ({address}): a name never leads there;"
+                    " only a rule that writes the address does",
+                )
+
+
+def names_address(rule: Rule) -> bool:
+    """Whether the rule says where it leads: an address, `localhost` (the loopback), or a
+    model endpoint's host (model-endpoints.json: the operator's own server, by name)."""
+    if rule.wildcard:
+        return False
+    return rule.endpoint or rule.host == "localhost" or _is_address(rule.host)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 async def _head(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request:
@@ -207,11 +255,6 @@ def _authority(text: str, default: int | None) -> tuple[str, int]:
         return host, parse_port(port) if port else int(default or 0)
     except ValueError:
         raise Refused(400, "bad host or port") from None
-
-
-def _inward(address: str) -> bool:
-    ip = ipaddress.ip_address(address.partition("%")[0])
-    return ip.is_loopback or ip.is_link_local or ip.is_unspecified
 
 
 def _answer(

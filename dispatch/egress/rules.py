@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 WEB_PORTS = (80, 443)
@@ -30,6 +30,9 @@ class Rule:
     host: str  # lower-case name or address, without "*." or brackets
     wildcard: bool = False
     port: int | None = None  # None: 80 and 443
+    # a model endpoint's host: where the operator said its model server is, so the proxy lets
+    # its name lead to a private address (dispatch/egress/addresses.py)
+    endpoint: bool = False
 
     def matches(self, host: str, port: int) -> bool:
         if port not in ((self.port,) if self.port is not None else WEB_PORTS):
@@ -105,7 +108,7 @@ def endpoint_rule(address: str) -> Rule | None:
     text = address.strip()
     if "://" not in text:
         try:
-            return parse_rule(text)
+            return replace(parse_rule(text), endpoint=True)
         except ValueError:
             return None
     try:
@@ -115,4 +118,4 @@ def endpoint_rule(address: str) -> Rule | None:
         return None
     if not host or port is None:
         return None
-    return Rule(normal_host(host), False, port)
+    return Rule(normal_host(host), False, port, endpoint=True)

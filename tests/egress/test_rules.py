@@ -57,9 +57,9 @@ def test_no_list_means_nothing_gets_through(host: str, port: int) -> None:
 @pytest.mark.parametrize(
     ("host", "rule"),
     [
-        ("http://10.0.0.5:8000/v1", Rule("10.0.0.5", port=8000)),
-        ("https://models.example.com/v1", Rule("models.example.com", port=443)),
-        ("localhost:11434", Rule("localhost", port=11434)),
+        ("http://10.0.0.5:8000/v1", Rule("10.0.0.5", port=8000, endpoint=True)),
+        ("https://models.example.com/v1", Rule("models.example.com", port=443, endpoint=True)),
+        ("localhost:11434", Rule("localhost", port=11434, endpoint=True)),
         ("http://", None),
         ("ftp://x.example.com/", None),
     ],
