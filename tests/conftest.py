@@ -1,8 +1,9 @@
 """Shared fixtures: a real redis-server (started here on a free port unless
-DISPATCH_TEST_REDIS_URL names one) and an anyio backend on uvloop."""
+DISPATCH_TEST_REDIS_URL names one), an anyio backend on uvloop, and the log captured."""
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 import uuid
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
+from dispatch.log import log
 from tests.support.redis_server import start_redis_server
 
 pytest_plugins = ["tests.support.docker"]
@@ -40,6 +42,15 @@ def redis_url() -> Iterator[str]:
 def prefix() -> str:
     """A key prefix of this test's own, so tests never see each other's keys."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def logged(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """The daemon's log lines (JSON, one a line) written here instead of stderr."""
+    out = io.StringIO()
+    monkeypatch.setattr(log, "stream", out)
+    monkeypatch.setattr(log, "human", False)
+    return out
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ import binascii
 import contextlib
 import hmac
 import http
-import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ import h11
 from dispatch.egress.addresses import parse as parse_address
 from dispatch.egress.addresses import why_not
 from dispatch.egress.relay import Limits, forward, tunnel
-from dispatch.egress.rules import Rule, allows, normal_host, parse_port
+from dispatch.egress.rules import Rule, allows, is_address, normal_host, parse_port
 from dispatch.log import event
 
 
@@ -195,15 +194,7 @@ def names_address(rule: Rule) -> bool:
     model endpoint's host (model-endpoints.json: the operator's own server, by name)."""
     if rule.wildcard:
         return False
-    return rule.endpoint or rule.host == "localhost" or _is_address(rule.host)
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+    return rule.endpoint or rule.host == "localhost" or is_address(rule.host)
 
 
 async def _head(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request:

@@ -64,7 +64,7 @@ def parse_rule(text: str) -> Rule:
     wildcard = raw.startswith("*.")
     rest = raw[2:] if wildcard else raw
     host, port = _split_port(rest)
-    if _is_address(host):
+    if is_address(host):
         if wildcard:
             raise ValueError(f"{text!r}: a wildcard takes a name, not an address")
     elif len(host) > 253 or not _NAME.fullmatch(host.rstrip(".")):
@@ -84,7 +84,7 @@ def _split_port(text: str) -> tuple[str, int | None]:
     return text, None
 
 
-def _is_address(host: str) -> bool:
+def is_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
     except ValueError:

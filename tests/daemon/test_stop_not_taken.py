@@ -27,7 +27,6 @@ from dispatch.client import Client
 from dispatch.config.settings import Settings
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Timing, Worker
-from dispatch.log import log
 from dispatch.model import Job, new_id
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL
 from dispatch.runners.docker import DockerClient, DockerRunner, DockerSettings
@@ -61,14 +60,6 @@ class HungEngine(DockerClient):
     async def kill(self, container: str, signal: str = "KILL") -> None:
         await self._hang("kill")
         await super().kill(container, signal)
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    out = io.StringIO()
-    monkeypatch.setattr(log, "stream", out)
-    monkeypatch.setattr(log, "human", False)
-    return out
 
 
 @contextlib.asynccontextmanager

@@ -12,20 +12,11 @@ from redis.asyncio import Redis
 from dispatch.clock import FakeClock
 from dispatch.config.settings import Settings
 from dispatch.daemon.upkeep import Upkeep
-from dispatch.log import log
 from dispatch.queue.transitions import Claim
 
 pytestmark = pytest.mark.anyio
 
 DAY_S = 86_400
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    out = io.StringIO()
-    monkeypatch.setattr(log, "stream", out)
-    monkeypatch.setattr(log, "human", False)
-    return out
 
 
 def claim(job_id: str, attempt: int, token: str) -> Claim:

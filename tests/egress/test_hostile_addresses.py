@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from dispatch.egress.addresses import Address, carried, own, parse, why_not
 from dispatch.egress.proxy import EgressProxy, Grant
 from dispatch.egress.rules import endpoint_rule, parse_rule
-from dispatch.log import log
 
 pytestmark = pytest.mark.anyio
 
@@ -57,14 +56,6 @@ async def listener() -> AsyncIterator[tuple[Listener, int]]:
     server = await asyncio.start_server(seen.handle, "127.0.0.1", 0)
     yield seen, int(server.sockets[0].getsockname()[1])
     server.close()
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    out = io.StringIO()
-    monkeypatch.setattr(log, "stream", out)
-    monkeypatch.setattr(log, "human", False)
-    return out
 
 
 def answering(*addresses: str):

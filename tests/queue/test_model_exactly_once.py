@@ -22,24 +22,18 @@ died.
 
 from __future__ import annotations
 
-import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
 import msgspec
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
-from redis.asyncio import Redis
 
 from dispatch.config.limits import zone
 from dispatch.config.schemas import Overlay, ScopedLimit
@@ -53,12 +47,12 @@ from dispatch.records.disk_log import decode, encode
 from dispatch.records.mirror import RunMirror, record_runs
 from dispatch.spend.ledger import Blocked, Reservation, SpendLedger, reservation_id
 from dispatch.spend.plan import Counter, Subject, counters
+from tests.support.machines import STATES, RedisMachine, run_on
 
 LOCK_MS = 60_000
 FOLDERS = ("/w/a", "/w/a/b", "/w/c")
 # weighted to the endings that leave a record behind for a later claim to trip on
 ENDINGS = ("completed", "completed", "stopped", "stopped", "refused", "exit-3")
-STATES = ("wait", "delayed", "active", "done")
 Action = Literal["finish", "retry", "defer"]
 
 
@@ -77,14 +71,11 @@ class Late:
     token: str
 
 
-class ExactlyOnce(RuleBasedStateMachine):
-    redis_url = ""  # set by the test on a subclass
+class ExactlyOnce(RedisMachine):
+    prefix_stem = "eo"
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.prefix = f"eo{uuid.uuid4().hex[:10]}"
-        self.redis = self.run(self._connect())
         self.queue = Queue(self.redis, "jobs", self.prefix)
         self.mirror = RunMirror(self.redis, self.prefix)
         self.gate = SettledGate(self.mirror)
@@ -97,21 +88,6 @@ class ExactlyOnce(RuleBasedStateMachine):
         self.own_exits: dict[tuple[str, int], int] = {}  # (id, attempt) -> runs that got there
         self.last_fence = 0
         self.count = 0
-
-    async def _connect(self) -> Redis:
-        return Redis.from_url(self.redis_url)
-
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
-
-    def teardown(self) -> None:
-        try:
-            keys = self.run(self.redis.keys(f"*{self.prefix}*"))
-            if keys:
-                self.run(self.redis.delete(*keys))
-            self.run(self.redis.aclose())
-        finally:
-            self.loop.close()
 
     def plan(self) -> list[Counter]:
         rows = [msgspec.convert({"scope": "*", "day": 16, "dayUsd": 21}, ScopedLimit)]
@@ -291,25 +267,14 @@ class ExactlyOnce(RuleBasedStateMachine):
 
     @invariant()
     def each_job_in_one_state_with_one_lock(self) -> None:
-        k = self.queue.keys
-
-        async def read():
-            async with self.redis.pipeline(transaction=False) as p:
-                p.lrange(k.wait, 0, -1)
-                p.zrange(k.delayed, 0, -1)
-                p.zrange(k.active, 0, -1)
-                p.zrange(k.done, 0, -1)
-                p.hgetall(k.lock)
-                return await p.execute()
-
-        *groups, lock = self.run(read())
+        found = self.run(self.read_queue(self.queue.keys))
         seen: dict[str, list[str]] = {}
-        for name, ids in zip(STATES, groups, strict=True):
-            for job_id in ids:
-                seen.setdefault(job_id.decode(), []).append(name)
+        for name in STATES:
+            for job_id in found[name]:
+                seen.setdefault(job_id, []).append(name)
         assert {j: s for j, s in seen.items() if len(s) != 1} == {}
         assert set(seen) == set(self.jobs)
-        locks = {key.decode(): value.decode() for key, value in lock.items()}
+        locks = found["lock"]
         assert set(locks) == {j for j, s in seen.items() if s == ["active"]}
         for job_id, run in self.runs.items():
             assert locks.get(job_id) == run.claim.token, "a run without its claim"
@@ -327,11 +292,4 @@ class ExactlyOnce(RuleBasedStateMachine):
 
 
 def test_exactly_once_holds_in_any_order(redis_url: str) -> None:
-    class Machine(ExactlyOnce):
-        pass
-
-    Machine.redis_url = redis_url
-    run_state_machine_as_test(
-        Machine,
-        settings=settings(max_examples=150, stateful_step_count=50, deadline=None),
-    )
+    run_on(ExactlyOnce, redis_url, examples=150, steps=50)

@@ -10,37 +10,27 @@ Delays are 0 or 60 s so the model stays deterministic while the server clock mov
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-
 import pytest
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
-from redis.asyncio import Redis
 
 from dispatch.errors import NotFound
 from dispatch.queue.transitions import Action, Finish, NewJob, Queue
+from tests.support.machines import STATES, RedisMachine, run_on
 from tests.support.polling import eventually_sync
 
 LONG_MS = 60_000
-STATES = ("wait", "delayed", "active", "done")
 
 
-class QueueMachine(RuleBasedStateMachine):
-    redis_url = ""  # set by the test on a subclass
+class QueueMachine(RedisMachine):
+    prefix_stem = "sm"
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.prefix = f"sm{uuid.uuid4().hex[:10]}"
-        self.redis = self.run(self._connect())
         self.queue = Queue(self.redis, "jobs", self.prefix)
         self.k = self.queue.keys
         self.state: dict[str, str] = {}  # id -> one of STATES
@@ -55,21 +45,6 @@ class QueueMachine(RuleBasedStateMachine):
         self.cancel_requested: set[str] = set()
         self.paused = False
         self.count = 0
-
-    async def _connect(self) -> Redis:
-        return Redis.from_url(self.redis_url)
-
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
-
-    def teardown(self) -> None:
-        try:
-            keys = self.run(self.redis.keys(f"*{self.prefix}*"))
-            if keys:
-                self.run(self.redis.delete(*keys))
-            self.run(self.redis.aclose())
-        finally:
-            self.loop.close()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -236,7 +211,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def each_job_in_exactly_one_state(self) -> None:
-        found = self.run(self._read())
+        found = self.run(self.read_queue(self.k))
         wait = found["wait"]
         assert len(wait) == len(set(wait)), f"duplicated in wait: {wait}"
         seen: dict[str, list[str]] = {}
@@ -251,31 +226,6 @@ class QueueMachine(RuleBasedStateMachine):
         assert set(found["data"]) == set(self.state)
         assert found["paused"] == self.paused
 
-    async def _read(self) -> dict:
-        k = self.k
-        async with self.redis.pipeline(transaction=False) as p:
-            p.lrange(k.wait, 0, -1)
-            p.zrange(k.delayed, 0, -1)
-            p.zrange(k.active, 0, -1)
-            p.zrange(k.done, 0, -1)
-            p.hgetall(k.lock)
-            p.hkeys(k.data)
-            p.exists(k.paused)
-            wait, delayed, active, done, lock, data, paused = await p.execute()
-        names = [[x.decode() for x in group] for group in (wait, delayed, active, done, data)]
-        return {
-            **dict(zip([*STATES, "data"], names, strict=True)),
-            "lock": {key.decode(): value.decode() for key, value in lock.items()},
-            "paused": bool(paused),
-        }
-
 
 def test_queue_matches_its_model(redis_url: str) -> None:
-    class Machine(QueueMachine):
-        pass
-
-    Machine.redis_url = redis_url
-    run_state_machine_as_test(
-        Machine,
-        settings=settings(max_examples=50, stateful_step_count=30, deadline=None),
-    )
+    run_on(QueueMachine, redis_url, examples=50, steps=30)

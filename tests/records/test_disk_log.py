@@ -9,17 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.log import log
 from dispatch.model import RunRecord
 from dispatch.records.disk_log import RecordLog, encode
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    out = io.StringIO()
-    monkeypatch.setattr(log, "stream", out)
-    monkeypatch.setattr(log, "human", False)
-    return out
 
 
 @pytest.fixture

@@ -11,17 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.log import log
 from dispatch.runners.base import TRUNCATION_MARK
 from dispatch.runners.output import OutputFile, Pruned, output_name, prune
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    out = io.StringIO()
-    monkeypatch.setattr(log, "stream", out)
-    monkeypatch.setattr(log, "human", False)
-    return out
 
 
 def test_past_the_cap_the_mark_is_written_and_nothing_more(tmp_path: Path) -> None:
