@@ -12,9 +12,14 @@ The proxy resolves names itself and dials exactly the address it checked: a name
 to an address that is not public, nor to one of this host's own, whatever the rule
 (addresses.py); only a rule that writes the address does.
 
-Bounded: at most `max_per_job` connections per job and `max_total` overall, the request head
-at most `max_head` bytes read within `head_timeout_s`, and a tunnel idle (no byte either way)
-for `idle_timeout_s` is closed (relay.py). h11, the parser under httpx, reads the heads.
+Bounded, in two phases. Until its request head is in, a connection is in the head pool:
+`max_heads` of them in all and `max_heads_per_source` from one address (each job's container
+has its own on the job network), its request line within `first_line_s` and the whole head,
+at most `max_head` bytes, within `head_timeout_s`; past a bound it is answered 429 or 503 at
+once. So one job opening thousands of sockets and sending a byte on each holds a few slots for
+two seconds, and every other job's CONNECT is still read at once. Once granted, a connection
+counts against `max_per_job` and `max_total` until it ends, and a tunnel idle (no byte either
+way) for `idle_timeout_s` is closed (relay.py). h11, the parser under httpx, reads the heads.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import contextlib
 import hmac
 import http
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -82,7 +88,8 @@ class EgressProxy:
         self.resolve = resolve
         self.summary = "no allow-list"  # what an unauthenticated caller (doctor) is told
         self._server: asyncio.Server | None = None
-        self._open = 0
+        self._open = 0  # granted connections
+        self.heads: Counter[str] = Counter()  # source address -> connections in the head pool
 
     @property
     def serving(self) -> bool:
@@ -103,13 +110,16 @@ class EgressProxy:
             self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._open += 1
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head)
         try:
-            if self._open > self.limits.max_total:
-                raise Refused(503, "too many connections")
-            request = await asyncio.wait_for(_head(conn, reader), self.limits.head_timeout_s)
-            await self._serve(conn, request, reader, writer)
+            request = await self._read_head(conn, reader, _source(writer))
+            self._open += 1
+            try:
+                if self._open > self.limits.max_total:
+                    raise Refused(503, "too many connections")
+                await self._serve(conn, request, reader, writer)
+            finally:
+                self._open -= 1
         except Refused as exc:
             _answer(writer, exc.status, exc.text, exc.headers)
         except (h11.RemoteProtocolError, TimeoutError):
@@ -117,10 +127,25 @@ class EgressProxy:
         except (OSError, h11.LocalProtocolError, asyncio.IncompleteReadError):
             pass
         finally:
-            self._open -= 1
             with contextlib.suppress(Exception):
                 writer.close()
                 await writer.wait_closed()
+
+    async def _read_head(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, source: str
+    ) -> h11.Request:
+        """The request head, read in the head pool (module docstring)."""
+        if self.heads[source] >= self.limits.max_heads_per_source:
+            raise Refused(429, "too many unfinished requests from this address")
+        if self.heads.total() >= self.limits.max_heads:
+            raise Refused(503, "too many unfinished requests")
+        self.heads[source] += 1
+        try:
+            return await _head(conn, reader, self.limits)
+        finally:
+            self.heads[source] -= 1
+            if not self.heads[source]:
+                del self.heads[source]
 
     async def _serve(
         self,
@@ -197,16 +222,34 @@ def names_address(rule: Rule) -> bool:
     return rule.endpoint or rule.host == "localhost" or is_address(rule.host)
 
 
-async def _head(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request:
-    """The request head, read up to its blank line: the reader's limit (max_head) bounds it."""
-    try:
-        conn.receive_data(await reader.readuntil(b"\r\n\r\n"))
-    except asyncio.LimitOverrunError:
-        raise Refused(431, "request head too large") from None
+async def _head(conn: h11.Connection, reader: asyncio.StreamReader, limits: Limits) -> h11.Request:
+    """The request head, line by line to its blank line: the request line within
+    `first_line_s`, all of it within `head_timeout_s` and `max_head` bytes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.head_timeout_s
+    head = bytearray()
+    wait = limits.first_line_s
+    while True:
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\r\n"), wait)
+        except asyncio.LimitOverrunError:
+            raise Refused(431, "request head too large") from None
+        head += line
+        if len(head) > limits.max_head:
+            raise Refused(431, "request head too large")
+        if line == b"\r\n" and len(head) > 2:
+            break
+        wait = max(deadline - loop.time(), 0.0)
+    conn.receive_data(bytes(head))
     got = conn.next_event()
     if not isinstance(got, h11.Request):
         raise h11.RemoteProtocolError("no request")
     return got
+
+
+def _source(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
 def _credentials(request: h11.Request) -> tuple[str, str]:

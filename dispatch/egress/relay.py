@@ -19,9 +19,12 @@ _HOP |= {b"trailer", b"upgrade", b"host"}
 
 @dataclass(frozen=True)
 class Limits:
-    max_per_job: int = 64
-    max_total: int = 1024
+    max_per_job: int = 64  # granted connections of one job
+    max_total: int = 1024  # granted connections of all jobs
+    max_heads: int = 256  # connections whose request head is not in yet, of all sources
+    max_heads_per_source: int = 16  # of those, from one address (a job's container has one)
     max_head: int = 16 * 1024
+    first_line_s: float = 2.0  # a connection that has not sent its request line by then goes
     head_timeout_s: float = 10.0
     connect_timeout_s: float = 15.0
     idle_timeout_s: float = 300.0
