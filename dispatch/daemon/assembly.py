@@ -39,6 +39,7 @@ from dispatch.gates.wait.claims import IdentityClaims
 from dispatch.gates.wait.parts import WaitParts
 from dispatch.gates.wait.profiles import ProfileRunner
 from dispatch.gates.wait.state import WaitStates, wait_state_ttl_ms
+from dispatch.host.files import allowed_folder
 from dispatch.log import event
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
@@ -46,7 +47,6 @@ from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
 from dispatch.runners.base import Runner
-from dispatch.runners.docker.mounts import allowed_folder
 from dispatch.runners.docker.runner import DockerRunner
 from dispatch.runners.docker.settings import DockerSettings
 from dispatch.runners.docker.user import job_user

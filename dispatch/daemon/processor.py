@@ -248,6 +248,7 @@ class Processor:
             output_file=output_name(job.id, claim.attempt, claim.token),
             grace_s=self.settings.stop_grace_s,
             signal=signal,
+            folder=pickup.folder,
         )
         signal.before_start()
         if signal.reason in HAND_BACK:  # aborted in the gates: nothing ran, nothing spent

@@ -90,18 +90,28 @@ Release = Callable[[], Awaitable[Any] | None]
 
 class Pickup(msgspec.Struct):
     """One claimed job on its way through the gates. Earlier gates fill in what later ones
-    read: the project (project gate), the size (size gate), the model (overlay gate)."""
+    read: the folder (folder gate), the project (project gate), the size (size gate), the
+    model (overlay gate)."""
 
     claim: Claim
     job: Job
     signal: AbortSignal = msgspec.field(default_factory=AbortSignal)
     config: ConfigSnapshot = msgspec.field(default_factory=ConfigSnapshot)
+    folder: str | None = None  # a local job's folder, resolved once (gates/folder.py)
     project: Project | None = None
     size: JobSize | None = None
     model: str | None = None
     holds: list[tuple[str, Release]] = msgspec.field(default_factory=list)
     leases: list[Lease] = msgspec.field(default_factory=list)  # the fleet leases among the holds
     spend: Reservation | None = None  # the spend-cap gate's, settled after the run
+
+    @property
+    def real_folder(self) -> str | None:
+        """The folder every gate and the runner use: the resolved one, else (no folder gate
+        ran: a test of one gate) the job's own spelling."""
+        if self.job.kind != "local":
+            return None
+        return self.folder or self.job.folder
 
     def degraded(self) -> tuple[str, ...]:
         """The fleet leases this pickup was granted without Redis's answer (failed open): its

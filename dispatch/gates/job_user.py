@@ -43,7 +43,7 @@ class JobUserGate:
         if root_owned is None or job.kind != "local":
             return ADMIT
         # realpath and stat touch the filesystem (maybe a slow mount), so not on the event loop
-        if not await anyio.to_thread.run_sync(root_owned, job.folder):
+        if not await anyio.to_thread.run_sync(root_owned, pickup.real_folder):
             return ADMIT
         return Refuse(
             JOB_USER_ROOT,

@@ -5,7 +5,9 @@ unreadable) is the pause-window grammar, dispatch.config.windows; the config loa
 file with a bad row by the same reading, and a bad row that gets here anyway is skipped.
 
 A window's `scope` is "*" (everything), a repo "owner/name" (case-insensitive), an absolute
-folder (a local job's folder equal to it or under it) or a project id.
+folder (a local job's folder equal to it or under it, both resolved: the job's by the folder
+gate, the row's once per snapshot, so a symlink on either side changes nothing) or a project
+id.
 
 Windows that overlap or abut chain: the job waits for the end of the whole chain, followed up
 to a week ahead (past that the job simply looks again then). The job is deferred only when that
@@ -14,9 +16,12 @@ end is more than 1 s away, so a boundary tick does not busy-defer.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterable
 from zoneinfo import ZoneInfo
+
+import anyio
 
 from dispatch.clock import Clock
 from dispatch.config.schemas import ConfigSnapshot, PauseWindow
@@ -30,18 +35,25 @@ MIN_DEFER_MS = 1_000
 CHAIN_HORIZON_MS = 7 * 24 * 3_600_000
 _MAX_LINKS = 1_000  # a guard only: links are a minute or longer, so the horizon ends a chain first
 
-_Readable = list[tuple[Schedule, PauseWindow]]
+_Readable = list[tuple[Schedule, PauseWindow, str]]  # with the scope to match, resolved
 
 
-def applies(window: PauseWindow, job: Job, project_id: str | None) -> bool:
-    """Whether the window's scope takes in this job."""
-    scope = window.scope
+def applies(
+    window: PauseWindow,
+    job: Job,
+    project_id: str | None,
+    folder: str | None = None,
+    scope: str | None = None,
+) -> bool:
+    """Whether the window's scope (`scope`: its resolved form) takes in this job, whose folder
+    is `folder` (resolved by the folder gate) or else the job's own spelling."""
+    scope = window.scope if scope is None else scope
     if scope == "*" or scope == project_id:
         return True
     if job.repo and scope.casefold() == job.repo.casefold():
         return True
     if job.kind == "local" and job.folder and scope.startswith("/"):
-        return within(job.folder, scope)
+        return within(folder or job.folder, scope)
     return False
 
 
@@ -50,18 +62,27 @@ def pause_until(
 ) -> tuple[int, PauseWindow] | None:
     """The end of the chain of windows pausing this job now, and the window that ends it;
     None when no window covers `now_ms`."""
-    return _chain(_readable(windows), job, project_id, now_ms)
+    return _chain(_readable(windows), job, project_id, None, now_ms)
 
 
-def _readable(windows: Iterable[PauseWindow]) -> _Readable:
-    """Every row that reads as a window, with its schedule; a bad row is skipped."""
-    return [(schedule, w) for w in windows if (schedule := schedule_of(w)) is not None]
+def _readable(windows: Iterable[PauseWindow], real: bool = False) -> _Readable:
+    """Every row that reads as a window, with its schedule and the scope to match (`real`: a
+    folder scope resolved, which touches the filesystem); a bad row is skipped."""
+    return [
+        (schedule, w, _real_scope(w.scope) if real else w.scope)
+        for w in windows
+        if (schedule := schedule_of(w)) is not None
+    ]
+
+
+def _real_scope(scope: str) -> str:
+    return os.path.realpath(scope) if scope.startswith("/") else scope
 
 
 def _chain(
-    readable: _Readable, job: Job, project_id: str | None, now_ms: int
+    readable: _Readable, job: Job, project_id: str | None, folder: str | None, now_ms: int
 ) -> tuple[int, PauseWindow] | None:
-    schedules = [(s, w) for s, w in readable if applies(w, job, project_id)]
+    schedules = [(s, w) for s, w, scope in readable if applies(w, job, project_id, folder, scope)]
     found: tuple[int, PauseWindow] | None = None
     t_ms = now_ms
     for _ in range(_MAX_LINKS):
@@ -75,7 +96,9 @@ def _chain(
     return found
 
 
-def _longest(schedules: _Readable, t_ms: int) -> tuple[int, PauseWindow] | None:
+def _longest(
+    schedules: list[tuple[Schedule, PauseWindow]], t_ms: int
+) -> tuple[int, PauseWindow] | None:
     best: tuple[int, PauseWindow] | None = None
     for schedule, window in schedules:
         end_ms = schedule.end_covering(t_ms)
@@ -98,16 +121,19 @@ class PauseGate:
     async def check(self, pickup: Pickup) -> Decision:
         now_ms = self._clock.now_ms()
         project_id = pickup.project.id if pickup.project else None
-        found = _chain(self._read_once(pickup.config.windows), pickup.job, project_id, now_ms)
+        readable = await self._read_once(pickup.config.windows)
+        found = _chain(readable, pickup.job, project_id, pickup.folder, now_ms)
         if found is None or found[0] - now_ms <= MIN_DEFER_MS:
             return ADMIT
         end_ms, window = found
         return Defer(end_ms - now_ms, PAUSE_WINDOW, detail=describe(window, end_ms))
 
-    def _read_once(self, windows: tuple[PauseWindow, ...]) -> _Readable:
-        """The rows are read once per config snapshot, not once per pickup."""
+    async def _read_once(self, windows: tuple[PauseWindow, ...]) -> _Readable:
+        """The rows are read once per config snapshot, not once per pickup (their folders
+        resolved off the event loop: a slow mount)."""
         if windows is not self._windows:
-            self._windows, self._readable = windows, _readable(windows)
+            readable = await anyio.to_thread.run_sync(_readable, windows, True)
+            self._windows, self._readable = windows, readable
         return self._readable
 
 

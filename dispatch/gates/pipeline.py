@@ -7,6 +7,7 @@ any gate that takes a hold: a job naming an unknown secret profile, or whose fol
 root, is refused without a slot or a lease taken first. The spend caps come last of all, right
 before the run: nothing is reserved for a job an earlier gate would defer or refuse.
 The trigger-overlap gate comes right after the settled one: a skipped occurrence takes no hold.
+The folder gate resolves a local job's folder before the first gate that reads it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dispatch.gates.base import Gate
 from dispatch.gates.dirty.gate import DirtyTreeGate
 from dispatch.gates.egress import EgressGate
 from dispatch.gates.endpoints import EndpointGate
+from dispatch.gates.folder import FolderGate
 from dispatch.gates.head import HeadGate
 from dispatch.gates.host_budget import HostBudgetGate
 from dispatch.gates.host_slot import HostSlotGate
@@ -65,6 +67,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         HeadGate(),
         SettledGate(d.mirror),
         TriggerOverlapGate(d.mirror.redis, d.settings.prefix),
+        FolderGate(d.settings.allowed_roots),
         ProjectGate(),
         PauseGate(d.clock),
         SecretProfileGate(),

@@ -3,13 +3,19 @@
 A job that names its project gets that row; a name projects.json does not declare still makes
 a project (without bounds) rather than failing the job. Otherwise membership decides: a forge
 job's repo (case-insensitive), or a local job's folder lying in one of a row's folders (the
-longest matching folder wins; a tie goes to the row written first). The gate always admits.
+longest matching folder wins; a tie goes to the row written first), both the folder gate's
+resolved folder and the rows' folders resolved, so a symlink on either side changes nothing.
+The gate always admits.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterable
+
+import anyio
+import msgspec
 
 from dispatch.config.schemas import Project
 from dispatch.gates.base import ADMIT, Decision, Pickup
@@ -22,7 +28,11 @@ def within(folder: str, root: str) -> bool:
     return folder == root or folder.startswith(root if root.endswith("/") else root + "/")
 
 
-def resolve_project(job: Job, projects: Iterable[Project]) -> Project | None:
+def resolve_project(
+    job: Job, projects: Iterable[Project], folder: str | None = None
+) -> Project | None:
+    """The job's project; a local job's by `folder` (resolved; else its own spelling) lying in
+    one of a row's folders (compare them resolved too: `real_rows`)."""
     rows = list(projects)
     if job.project:
         named = next((row for row in rows if row.id == job.project), None)
@@ -31,7 +41,7 @@ def resolve_project(job: Job, projects: Iterable[Project]) -> Project | None:
         repo = job.repo.casefold()
         return next((row for row in rows if repo in {r.casefold() for r in row.repos}), None)
     if job.kind == "local" and job.folder:
-        return _by_folder(job.folder, rows)
+        return _by_folder(folder or job.folder, rows)
     return None
 
 
@@ -47,9 +57,34 @@ def _by_folder(folder: str, rows: list[Project]) -> Project | None:
     return best
 
 
+def real_rows(projects: tuple[Project, ...]) -> tuple[Project, ...]:
+    """The rows with their folders resolved, so a symlinked row and a symlinked job folder
+    meet on the real path. Touches the filesystem: off the event loop."""
+    return tuple(
+        msgspec.structs.replace(row, folders=[os.path.realpath(f) for f in row.folders])
+        if row.folders
+        else row
+        for row in projects
+    )
+
+
 class ProjectGate:
     name = "project"
 
+    def __init__(self) -> None:
+        self._rows: tuple[tuple[Project, ...], tuple[Project, ...]] = ((), ())
+
     async def check(self, pickup: Pickup) -> Decision:
-        pickup.project = resolve_project(pickup.job, pickup.config.projects)
+        rows = pickup.config.projects
+        if pickup.folder is not None and not pickup.job.project:
+            rows = await self._real(rows)
+        pickup.project = resolve_project(pickup.job, rows, pickup.folder)
         return ADMIT
+
+    async def _real(self, rows: tuple[Project, ...]) -> tuple[Project, ...]:
+        """The rows resolved once per snapshot (a new file is a new tuple)."""
+        seen, real = self._rows
+        if seen is not rows:
+            real = await anyio.to_thread.run_sync(real_rows, rows)
+            self._rows = (rows, real)
+        return real

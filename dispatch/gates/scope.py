@@ -1,11 +1,11 @@
 """Scope gate: how many jobs may run at once on one folder, one repo and one project.
 
-- A local job's scope is its folder's whole tree (realpath, so two spellings are one scope): one
-  job at a time in a folder, the folders inside it and the folders above it on this host
-  (`fleet/folders.py`), and no scoped-limits row can lift that. A row for the folder with
-  `concurrent` <= 0 closes it (every job defers); a bigger value is ignored. No fleet lease: a
-  folder's jobs all go to one host's queue. A chained child (`parent_job_id`) that finds the
-  folder busy defers `chained` rather than `scope-folder`.
+- A local job's scope is its folder's whole tree, as the folder gate resolved it (so two
+  spellings are one scope): one job at a time in a folder, the folders inside it and the
+  folders above it on this host (`fleet/folders.py`), and no scoped-limits row can lift that.
+  A row for the folder with `concurrent` <= 0 closes it (every job defers); a bigger value is
+  ignored. No fleet lease: a folder's jobs all go to one host's queue. A chained child
+  (`parent_job_id`) that finds the folder busy defers `chained` rather than `scope-folder`.
 - A forge job's scope is its repo (`owner/name`, lowercased). Its bound is the `concurrent` of
   the scoped-limits row for that repo (case-insensitive); no row, or no `concurrent`, means
   unbounded and no hold at all. A finite bound takes an in-process slot, then a fleet lease.
@@ -40,18 +40,18 @@ class ScopeGate:
         self.leases = leases
 
     async def check(self, pickup: Pickup) -> Decision:
-        job = pickup.job
-        if job.kind == "local" and job.folder:
-            decision = await self._folder(pickup, job.folder)
+        job, folder = pickup.job, pickup.real_folder
+        if folder:
+            decision = await self._folder(pickup, folder)
         elif job.kind == "forge" and job.repo:
             decision = await self._repo(pickup, job.repo.lower())
         else:
             decision = None
         return decision or await self._project(pickup) or ADMIT
 
-    async def _folder(self, pickup: Pickup, folder: str) -> Defer | None:
-        # realpath touches the filesystem (maybe a slow mount), so not on the event loop
-        path, closed = await anyio.to_thread.run_sync(_resolve, folder, pickup.config.limits)
+    async def _folder(self, pickup: Pickup, path: str) -> Defer | None:
+        # the rows' realpath touches the filesystem (maybe a slow mount): not on the event loop
+        closed = await anyio.to_thread.run_sync(_closed, path, pickup.config.limits)
         label = f"folder {_name(path)}"
         if closed:
             busy, label_near = Busy(None, f"{label} admits no jobs (concurrent 0)"), label
@@ -105,17 +105,15 @@ class ScopeGate:
         return Defer(SCOPE_DELAY_MS, reason, busy.holder, busy.detail)
 
 
-def _resolve(folder: str, limits: tuple[ScopedLimit, ...]) -> tuple[str, bool]:
-    """The folder's realpath, and whether a scoped-limits row closes it (concurrent <= 0)."""
-    path = os.path.realpath(folder)
-    closed = any(
+def _closed(path: str, limits: tuple[ScopedLimit, ...]) -> bool:
+    """Whether a scoped-limits row closes the (resolved) folder: concurrent <= 0."""
+    return any(
         row.concurrent is not None
         and row.concurrent <= 0
         and os.path.isabs(row.scope)
         and os.path.realpath(row.scope) == path
         for row in limits
     )
-    return path, closed
 
 
 def _repo_limit(repo: str, limits: tuple[ScopedLimit, ...]) -> int | None:

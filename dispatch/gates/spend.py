@@ -70,7 +70,7 @@ class SpendGate:
     def _plan(self, pickup: Pickup, now_ms: int) -> list[Counter]:
         job, config = pickup.job, pickup.config
         project = pickup.project.id if pickup.project else None
-        subject = subject_of(job, project, pickup.model)
+        subject = subject_of(job, pickup.real_folder, project, pickup.model)
         tz = zone(config.overlay.budget_tz)
         usd = job.max_cost_usd
         return counters(config.limits, subject, usd, config.overlay, now_ms, tz, self.ledger.keys)

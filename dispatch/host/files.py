@@ -83,3 +83,20 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def allowed_folder(folder: str | None, roots: tuple[str, ...]) -> str | None:
+    """The folder's real path when it is a directory under an allowed root, else None.
+
+    Both sides are resolved, so a symlink inside a root that points outside it is caught.
+    Touches the filesystem: off the event loop where a mount may be slow."""
+    if not folder or not os.path.isabs(folder):
+        return None
+    real = os.path.realpath(folder)
+    if not os.path.isdir(real):
+        return None
+    for root in roots:
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([real, real_root]) == real_root:
+            return real
+    return None

@@ -141,6 +141,9 @@ class RunContext:
     signal: AbortSignal = field(default_factory=AbortSignal)
     usage_dir: Path | None = None  # this run's own writable dir for its usage report
     usage_name: str = USAGE_FILE  # the report's name in it, fresh for each run
+    # a local job's folder as the folder gate resolved it and the mutex holds: the one a
+    # runner works in (None without gates: the runner resolves `job.folder` itself)
+    folder: str | None = None
 
     @property
     def output_path(self) -> Path:

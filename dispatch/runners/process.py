@@ -63,7 +63,7 @@ class ProcessRunner(Runner):
                 job.command,
                 JOB,
                 {**self.base_env, **ctx.env(), **_usage_env(ctx)},
-                cwd=job.folder if job.kind == "local" else None,
+                cwd=(ctx.folder or job.folder) if job.kind == "local" else None,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)

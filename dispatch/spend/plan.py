@@ -97,9 +97,8 @@ class Subject:
     model: str | None
 
 
-def subject_of(job: Job, project: str | None, model: str | None) -> Subject:
-    """Resolves the job's folder: touches the filesystem (call it off the event loop)."""
-    folder = os.path.realpath(job.folder) if job.kind == "local" and job.folder else None
+def subject_of(job: Job, folder: str | None, project: str | None, model: str | None) -> Subject:
+    """`folder` is the job's as the folder gate resolved it (gates/folder.py)."""
     repo = job.repo.lower() if job.kind == "forge" and job.repo else None
     return Subject(repo, folder, project, model)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from dispatch.gates.base import Pickup
@@ -15,7 +16,10 @@ def claim_of(job: Job, stalls: int = 0) -> Claim:
 
 
 def pickup_of(job: Job, **fields: Any) -> Pickup:
-    """A pickup of `job`; `fields` set what the processor or earlier gates would."""
+    """A pickup of `job`; `fields` set what the processor or earlier gates would. A local
+    job's folder is resolved as the folder gate would (gates/folder.py), unless given."""
+    if job.kind == "local" and job.folder and "folder" not in fields:
+        fields["folder"] = os.path.realpath(job.folder)
     return Pickup(claim_of(job), job, **fields)
 
 

@@ -137,14 +137,14 @@ class DirtyTreeGate:
         self._roots = roots  # DISPATCH_ALLOWED_ROOTS; none: the work tree bounds itself
 
     async def check(self, pickup: Pickup) -> Decision:
-        job = pickup.job
-        if job.kind != "local" or not job.folder or job.force:
+        job, folder = pickup.job, pickup.real_folder
+        if not folder or job.force:
             return ADMIT
         base = job.target()
         deadline = anyio.current_time() + self._timeout_s
         with tempfile.TemporaryDirectory(prefix="dispatch-git-", ignore_cleanup_errors=True) as tmp:
             try:
-                changes = await self._changes(job.folder, tmp, deadline)
+                changes = await self._changes(folder, tmp, deadline)
             except Unsafe as exc:
                 return Refuse(exc.reason, f"cannot check {base} safely: {exc}; {exc.advice}")
             except _CannotTell as exc:

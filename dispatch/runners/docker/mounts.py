@@ -1,8 +1,10 @@
 """A local job's folder in its container: which folder may be bound, the bind asked for, and
 the check of what was made.
 
-`allowed_folder` keeps a job's folder only when it resolves to a directory under an allowed
-root; that resolved path is what is bound and checked. It goes in through the Engine API's
+The folder is the one the folder gate resolved at pickup (`dispatch.host.files.allowed_folder`:
+a directory under an allowed root) and the folder mutex holds; that path, and only it, is bound
+and checked, and the runner refuses `mount-mismatch` when the job's folder no longer resolves
+to it just before the create. It goes in through the Engine API's
 `Mounts` as a bind (not the `Binds` strings: a typed field, with no `:`-separated options to
 split a path on, and a source that must exist, so the engine never creates a missing folder as
 root on the host).
@@ -19,28 +21,9 @@ host can hold a folder above it).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from dispatch.runners.docker.client import Json
-
-
-def allowed_folder(folder: str | None, roots: tuple[str, ...]) -> str | None:
-    """The folder's real path when it is a directory under an allowed root, else None.
-
-    Both sides are resolved, so a symlink inside a root that points outside it is caught, and
-    the resolved path is what gets mounted (a symlink swapped later changes nothing).
-    """
-    if not folder or not os.path.isabs(folder):
-        return None
-    real = os.path.realpath(folder)
-    if not os.path.isdir(real):
-        return None
-    for root in roots:
-        real_root = os.path.realpath(root)
-        if os.path.commonpath([real, real_root]) == real_root:
-            return real
-    return None
 
 
 def bind_mount(source: str, target: str) -> Json:

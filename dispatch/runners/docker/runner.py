@@ -2,8 +2,10 @@
 
 Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id>`):
 
-    plan        folder under an allowed root (`mounts.py`: no symlink escape), else refuse
-                `folder-not-allowed`; the user (`user.py`: the folder's owner), else refuse
+    plan        the folder the gates resolved and hold, still a directory under an allowed
+                root, else refuse `folder-not-allowed`, and still where the job's folder
+                resolves, else refuse `mount-mismatch` (a symlink re-pointed); the user
+                (`user.py`: the folder's owner), else refuse
                 `job-user-root`; no image named and no default, else refuse `image-missing`
     create      the body from `spec.py`: labels host / job / attempt / fence (the boot reaper
                 reads them), no privileges; an image not on this host refuses `image-missing`
@@ -54,6 +56,7 @@ from typing import Any
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.units import limited
+from dispatch.host.files import allowed_folder
 from dispatch.log import event
 from dispatch.model import Job
 from dispatch.reasons import (
@@ -86,7 +89,7 @@ from dispatch.runners.docker.errors import (
     DockerUnavailable,
     ImageMissing,
 )
-from dispatch.runners.docker.mounts import allowed_folder, mismatch
+from dispatch.runners.docker.mounts import mismatch
 from dispatch.runners.docker.reaper import reap
 from dispatch.runners.docker.settings import DockerSettings
 from dispatch.runners.docker.spec import Plan, container_config, container_name
@@ -133,7 +136,7 @@ class DockerRunner(Runner):
     async def run(self, ctx: RunContext) -> RunResult:
         if ctx.aborted.is_set():
             return RunResult(started=False, error=ABORTED_BEFORE_START)
-        plan = self._plan(ctx.job)
+        plan = self._plan(ctx.job, ctx.folder)
         if isinstance(plan, str):
             return RunResult(started=False, refusal=plan)
         if self.egress_env is not None:
@@ -197,15 +200,23 @@ class DockerRunner(Runner):
         with contextlib.suppress(ContainerNotFound, ContainerNotRunning):
             await self.client.kill(container_name(job_id))
 
-    def _plan(self, job: Job) -> Plan | str:
+    def _plan(self, job: Job, folder: str | None = None) -> Plan | str:
         """The container's image, user and folder, or the refusal reason; asks the engine
-        nothing. The folder's owner is read here again although a gate read it: it is the
-        owner at this moment that the container gets."""
+        nothing, and runs right before the create (no await between). The folder is the one
+        the gates resolved and hold (`folder`: `ctx.folder`); the job's must still resolve to it,
+        else a symlink was re-pointed since and the run is refused `mount-mismatch`. The
+        folder's owner is read here again although a gate read it: it is the owner at this
+        moment that the container gets."""
         source = None
         if job.kind == "local":
-            source = allowed_folder(job.folder, self.settings.allowed_roots)
+            source = allowed_folder(folder or job.folder, self.settings.allowed_roots)
             if source is None:
                 return FOLDER_NOT_ALLOWED
+            if folder is not None and source != folder:
+                return MOUNT_MISMATCH  # the held path itself is no longer a real folder
+            if allowed_folder(job.folder, self.settings.allowed_roots) != source:
+                event("folder_moved", job=job.id, folder=job.target())
+                return MOUNT_MISMATCH
         try:
             user = job_user(source, self.settings.user)
         except OSError:  # gone since the check a moment ago
