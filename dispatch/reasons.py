@@ -148,6 +148,15 @@ SCOPE_PROJECT: Final = _defer(
 ENDPOINT: Final = _defer(
     "endpoint", "endpoint", "every slot of an endpoint serving the job's model is busy", 7_000
 )
+SECRET_ELSEWHERE_DELAY_MS = 10_000
+SECRET_PROFILE_ELSEWHERE: Final = _defer(
+    "secret-profile-elsewhere",
+    "secret profiles",
+    "an env value of the job refers to a secret profile this host does not declare, and a "
+    "live host that does (its heartbeat says so) may take it; with none, it is looked at once "
+    "more 30 s later, then refused secret-profile-unknown",
+    SECRET_ELSEWHERE_DELAY_MS,
+)
 HOST_BUDGET: Final = _defer(
     "host-budget",
     "host budget",
@@ -310,7 +319,8 @@ SECRET_PROFILE_UNKNOWN: Final = _refusal(
     "secret-profile-unknown",
     "secret profiles",
     "an env value of the job refers to a secret profile that secrets.json on this host does "
-    "not declare; declare it (on every host that takes the queue) or fix the reference",
+    "not declare, and no live host does (looked at twice, 30 s apart; on a host queue, at "
+    "once); declare it or fix the reference",
 )
 TRIGGER_OVERLAP: Final = _refusal(
     "trigger-overlap",
@@ -562,6 +572,13 @@ STAGES: Final[tuple[Stage, ...]] = (
         "a run that reached its own exit, ends with that outcome",
     ),
     Stage("trigger overlap", "trigger-overlap"),
+    Stage(
+        "folder",
+        "folder",
+        when="only local jobs",
+        note="resolves the job's folder once: every later gate and the runner use that path",
+        also=(FOLDER_NOT_ALLOWED,),
+    ),
     Stage("project", "project", note="decides the job's project, from projects.json"),
     Stage("pause window", "pause"),
     Stage("secret profiles", "secret-profiles"),

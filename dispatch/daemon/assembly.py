@@ -30,7 +30,7 @@ from dispatch.egress.guard import EgressGuard
 from dispatch.egress.guarded import guarded
 from dispatch.errors import RedisUnavailable
 from dispatch.fleet.host_budget import HostBudget
-from dispatch.fleet.hosts import LiveHosts
+from dispatch.fleet.hosts import DeclaredProfiles, LiveHosts
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
 from dispatch.gates.job_user import RootOwned
@@ -130,6 +130,7 @@ async def _serve_as_owner(
             records=processor.local_log,
             minter=minter,
             server_time=server_time,
+            profiles=lambda: config.current().secrets,
         )
         left = _left_records(processor)
         async with _owned(owner, worker, stop):
@@ -217,6 +218,7 @@ async def gated_processor(
             waits=wait_parts(settings, redis),
             spend=spend,
             egress=egress,
+            profiles=DeclaredProfiles(redis, settings.prefix, settings.host, clock),
         )
         records = RecordLog(settings.state_dir)
         processor = Processor(

@@ -9,7 +9,8 @@ settle     every `DISPATCH_SWEEP_EVERY` too, once per daemon: the spend reservat
 heartbeat  this host's alive key (with its running count, its trigger fingerprint for the
            fleet agreement of dispatch/triggers/agreement.py, its clock's offset to the
            server's TIME, measured in the same round trip: dispatch/fleet/skew.py, and the
-           runs whose stop did not take, `stuck`, for `dispatch why` and `doctor`), which
+           runs whose stop did not take, `stuck`, for `dispatch why` and `doctor`, and the
+           names of its secret profiles, for the secret-profile gate of other hosts), which
            other hosts count and `dispatch cancel` asks before it waits for an
            acknowledgement;
 output     at start and then hourly: captured output files last written longer than
@@ -33,6 +34,7 @@ from dispatch.clock import Clock, ServerTime
 from dispatch.config.settings import Settings
 from dispatch.daemon import outcomes
 from dispatch.fleet import skew
+from dispatch.fleet.hosts import PROFILES_FIELD
 from dispatch.log import event
 from dispatch.model import encoder
 from dispatch.queue import fleet_pause, keys
@@ -54,6 +56,7 @@ class Upkeep:
         fingerprint: Callable[[], str] | None = None,
         server_time: ServerTime | None = None,
         stuck: Callable[[], list[dict[str, str]]] = list,
+        profiles: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -64,6 +67,7 @@ class Upkeep:
         self.fingerprint = fingerprint
         self.server_time = server_time or ServerTime(clock)
         self.stuck = stuck  # runs whose stop did not take (daemon/lock_keeper.py)
+        self.profiles = profiles  # this host's secret profile names (gates/secret_profiles.py)
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -89,6 +93,8 @@ class Upkeep:
         beat[skew.FIELD] = self.server_time.offset_ms
         if stuck := self.stuck():
             beat["stuck"] = stuck
+        if profiles := sorted(self.profiles()):
+            beat[PROFILES_FIELD] = profiles
         async with self.redis.pipeline(transaction=False) as p:
             p.set(alive, encoder.encode(beat), px=int(period_s * 3000))
             p.time()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any
 
@@ -64,6 +64,7 @@ class Worker:
         records: RecordLog | None = None,
         minter: Minter | None = None,
         server_time: ServerTime | None = None,
+        profiles: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.settings = settings
         self.minter = minter
@@ -100,6 +101,7 @@ class Worker:
             minter.fingerprint if minter else None,
             server_time,
             self.locks.stuck,
+            profiles,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11

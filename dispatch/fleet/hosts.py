@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from dispatch.clock import Clock
 from dispatch.log import event
 from dispatch.queue import keys
+from dispatch.queue.heartbeats import heartbeats
 
 _FAULTS = (RedisError, OSError, TimeoutError)
 
@@ -51,3 +52,38 @@ class LiveHosts:
                 pipe.exists(keys.host_alive(name, self.prefix))
             alive = await pipe.execute()
         return sum(1 for n in alive if n)
+
+
+PROFILES_FIELD = "secret_profiles"  # the heartbeat's list of this host's secret profile names
+
+
+class DeclaredProfiles:
+    """Which secret profiles the other live hosts declare, from their heartbeats (names only:
+    never a value or a path), read at most once per `cache_s` on the injected clock. A Redis
+    fault goes up: the caller's pickup is deferred for it, as any gate's."""
+
+    def __init__(
+        self, redis: Redis, prefix: str, host: str, clock: Clock, cache_s: float = 10.0
+    ) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.host = host
+        self.clock = clock
+        self.cache_s = cache_s
+        self._seen: dict[str, frozenset[str]] | None = None
+        self._read_at = 0.0
+
+    async def hosts_with(self, profiles: set[str]) -> list[str]:
+        """The live hosts other than this one that declare every one of `profiles`."""
+        now = self.clock.monotonic()
+        if self._seen is None or now - self._read_at >= self.cache_s:
+            beats = await heartbeats(self.redis, self.prefix)
+            self._seen = {h: _names(b.get(PROFILES_FIELD)) for h, b in beats.items()}
+            self._read_at = now
+        return sorted(h for h, names in self._seen.items() if h != self.host and profiles <= names)
+
+
+def _names(value: object) -> frozenset[str]:
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(v for v in value if isinstance(v, str))

@@ -18,7 +18,7 @@ from dispatch.clock import Clock
 from dispatch.config.settings import Settings
 from dispatch.egress.guard import EgressGuard
 from dispatch.fleet.host_budget import HostBudget
-from dispatch.fleet.hosts import LiveHosts
+from dispatch.fleet.hosts import DeclaredProfiles, LiveHosts
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
 from dispatch.gates.base import Gate
@@ -60,6 +60,7 @@ class GateDeps:
     root_owned: RootOwned | None = None  # the docker runner's job-user rule (assembly's)
     spend: SpendLedger | None = None  # None: no spend caps (tests of the other gates)
     egress: EgressGuard | None = None  # only when jobs run on dispatch's own network
+    profiles: DeclaredProfiles | None = None  # other hosts' secret profiles (their heartbeats)
 
 
 def pipeline(d: GateDeps) -> list[Gate]:
@@ -70,7 +71,7 @@ def pipeline(d: GateDeps) -> list[Gate]:
         FolderGate(d.settings.allowed_roots),
         ProjectGate(),
         PauseGate(d.clock),
-        SecretProfileGate(),
+        SecretProfileGate(d.profiles, d.clock),
         JobUserGate(d.root_owned),
         SizeGate(d.settings, d.budget, d.live_hosts),
         WaitGate(d.settings, d.slots, d.leases, d.waits, d.clock),
