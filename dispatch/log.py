@@ -9,6 +9,10 @@ Values known to be secret (a job's resolved secrets, while its run lasts) are hi
 adds them to one process-wide set, `unhide` takes them out again (counted, so two jobs sharing
 a value do not unmask each other), and every line is scrubbed of each, raw or JSON-escaped,
 before it is written, whatever field or nesting carried it.
+
+Every line is then scrubbed of well-known credential shapes (`ghp_...`, `sk-...`, a JWT, an
+Authorization header, a private key: dispatch.secrets.patterns), whoever put them there: a job's
+plain env value, an engine's message quoting it. A line without any costs about 2 us more.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 import msgspec
+
+from dispatch.secrets.patterns import scrub_patterns
 
 _SECRET = re.compile(r"(pass|secret|token|key|auth|credential)", re.IGNORECASE)
 _encoder = msgspec.json.Encoder()
@@ -82,6 +88,7 @@ class Logger:
             line = _encoder.encode({"ts": stamp, "event": name, **fields}).decode()
         if _longest_first:
             line = scrub(line)
+        line = scrub_patterns(line)
         try:
             self.stream.write(line + "\n")
             self.stream.flush()

@@ -11,6 +11,12 @@ misreading it, so a fleet can upgrade one host at a time. A document carries the
 that can hold it (`encode_job`): v1, or v2 when an env value is a secret reference
 (`{"secret": "<profile>/<name>"}`, resolved on the running host at start: dispatch.secrets), so a
 host of a release before references waits for its upgrade rather than refusing the job.
+
+A job may not set the env names the runner owns (`env_name_reserved`): the egress proxy's
+variables, which carry the job's own proxy credentials and whose lower-case forms programs read
+too, and `DISPATCH_*`, dispatch's own. HOME stays the job's to set: the docker runner documents
+that a job's own HOME wins over the tmpfs it mounts (docs/operating/security.md, The
+container), and the process runner lets the job's env win over what it inherits.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import msgspec
 from dispatch.config.units import check_cpus, parse_memory
 from dispatch.egress.rules import parse_rule
 from dispatch.errors import InvalidJob
-from dispatch.reasons import Outcome
+from dispatch.reasons import ENV_NAME_RESERVED, Outcome
 
 JOB_VERSION = 2  # the newest this build reads
 FIRST_VERSION = 1
@@ -44,6 +50,7 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROXY_ENV = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"})
 # never starting with "-": the name is put into the resolver's argv, where it must not be an option
 _SECRET_REF = re.compile(
     r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([A-Za-z0-9_][A-Za-z0-9._/:@+=-]{0,255})"
@@ -240,6 +247,11 @@ def _text_problems(job: Job, nul_free: bool) -> list[str]:
             if not _ENV_NAME.fullmatch(k)
         ]
         problems += [
+            f"{ENV_NAME_RESERVED}: env {k} is the runner's to set: {why}"
+            for k in job.env
+            if (why := env_name_reserved(k))
+        ]
+        problems += [
             f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
             for k, v in job.secret_refs().items()
             if not _SECRET_REF.fullmatch(v.secret)
@@ -247,6 +259,15 @@ def _text_problems(job: Job, nul_free: bool) -> list[str]:
     if not nul_free and _has_nul(job):
         problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems
+
+
+def env_name_reserved(name: str) -> str:
+    """Why a job may not set `name` ("" when it may)."""
+    if name.upper() in _PROXY_ENV:
+        return "the proxy variables point the job at its egress proxy"
+    if name.startswith("DISPATCH_"):
+        return "DISPATCH_* names are dispatch's own"
+    return ""
 
 
 def cost_problems(usd: float | None) -> list[str]:

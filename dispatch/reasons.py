@@ -17,8 +17,9 @@ waiting job's reason can be told from its due time. Where the delay is not one f
 (a backoff, a window's end), `timing` says how it is found; the gate computes it.
 
 Some tokens carry a value: `exit_code(n)` (`exit-<n>`), `killed_by(n)` (`signal-<n>`), and
-`with_error(CREATE_FAILED, exc)` (`create-failed: <the engine's message>`). `lookup` finds the
-entry for any stored token, those included, and None for a token from a newer release.
+`with_error(CREATE_FAILED, exc)` (`create-failed: <the engine's message>`, scrubbed of
+credential shapes: dispatch.secrets.patterns). `lookup` finds the entry for any stored token,
+those included, and None for a token from a newer release.
 
 `python -m dispatch.reasons --markdown` prints the table of gates, reasons and re-check delays
 that docs/operating/waiting.md shows (`--write FILE` puts it between FILE's `reasons:begin` and
@@ -36,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, TypeVar
+
+from dispatch.secrets.patterns import scrub_patterns
 
 Kind = Literal["defer", "refusal", "outcome", "abort", "infra"]
 Outcome = Literal["completed", "policy", "failed", "infra", "cancelled"]
@@ -251,6 +254,13 @@ WAIT_ABORTED: Final = _defer(
 # -- refusals -------------------------------------------------------------------------------
 INVALID_JOB: Final = _refusal(
     "invalid-job", "processor", "the job document in Redis is not a valid job"
+)
+ENV_NAME_RESERVED: Final = _refusal(
+    "env-name-reserved",
+    "processor",
+    "the job sets an env name the runner owns: HTTP_PROXY, HTTPS_PROXY, NO_PROXY or ALL_PROXY "
+    "(in any case), or one starting DISPATCH_; dispatch submit refuses it, and a document that "
+    "reached Redis some other way is refused invalid-job at pickup, saying this",
 )
 PROJECT_SIZE_INVALID: Final = _refusal(
     "project-size-invalid", "size", "the memory or cpus of the job's project row is not valid"
@@ -518,8 +528,10 @@ def killed_by(signal_number: int) -> str:
 
 
 def with_error(token: str, error: object) -> str:
-    """A token followed by the message that explains it, cut to fit a record field."""
-    return f"{token}: {error}"[:_ERROR_CAP]
+    """A token followed by the message that explains it, cut to fit a record field. Every
+    runner or engine message a record carries comes through here, so it is scrubbed of
+    credential shapes here (an engine's message may quote the job's env), before the cut."""
+    return scrub_patterns(f"{token}: {error}")[:_ERROR_CAP]
 
 
 def lookup(token: str) -> Reason | None:

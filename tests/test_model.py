@@ -24,10 +24,12 @@ from dispatch.model import (
     decode_job,
     encode_job,
     encoder,
+    env_name_reserved,
     iso,
     peek_version,
     validate,
 )
+from dispatch.reasons import ENV_NAME_RESERVED
 from tests.support.documents import (
     BAD_DOCS,
     ENV_RE,
@@ -176,11 +178,42 @@ def test_any_bytes_decode_or_are_refused(raw: bytes) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(ident=st.from_regex(ID_RE, fullmatch=True), name=st.from_regex(ENV_RE, fullmatch=True))
+@given(
+    ident=st.from_regex(ID_RE, fullmatch=True),
+    name=st.from_regex(ENV_RE, fullmatch=True).filter(lambda n: not env_name_reserved(n)),
+)
 def test_ids_and_env_names_of_the_documented_form_are_accepted(ident: str, name: str) -> None:
     job = decode_job(doc(id=ident, env={name: "v"}))
     assert (job.id, list(job.env)) == (ident, [name])
     assert msgspec.json.decode(encode_job(job))["id"] == ident
+
+
+PROXIES = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"]
+any_case = st.sampled_from(PROXIES).flatmap(
+    lambda name: st.tuples(*[st.sampled_from([c.lower(), c.upper()]) for c in name]).map("".join)
+)
+reserved = st.one_of(any_case, st.from_regex(r"DISPATCH_[A-Za-z0-9_]*", fullmatch=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=reserved, value=st.sampled_from(["x", {"secret": "vault/proxy"}]))
+def test_an_env_name_the_runner_owns_is_refused_naming_it(name: str, value: object) -> None:
+    refused = str(assert_refused(doc(id="j1", env={"MODE": "fix", name: value})))
+    assert refused.startswith(f"{ENV_NAME_RESERVED}: env {name} ")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.one_of(
+        st.from_regex(ENV_RE, fullmatch=True).filter(
+            lambda n: n.upper() not in PROXIES and not n.startswith("DISPATCH_")
+        ),
+        # HOME is the job's: the docker runner lets a job's own HOME win (security.md)
+        st.sampled_from(["HOME", "dispatch_mode", "DISPATCH", "MY_HTTPS_PROXY", "HTTP_PROXY_2"]),
+    )
+)
+def test_every_other_env_name_is_accepted(name: str) -> None:
+    assert list(decode_job(doc(id="j1", env={name: "x"})).env) == [name]
 
 
 def test_records_from_before_sentences_decode_and_an_empty_one_is_not_written() -> None:

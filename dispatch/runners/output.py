@@ -7,7 +7,10 @@ written stays, `lost` is set (and recorded as `output_lost`), and the run goes o
 nothing happened. The job's own result decides the job; its output is a convenience.
 
 A run's resolved secrets (`hide`) are masked in the file as they stream in
-(dispatch.secrets.mask): the job may print its environment, and this file outlives the run.
+(dispatch.secrets.mask), and so are well-known credential shapes, whoever's they are
+(dispatch.secrets.patterns): the job may print its environment, and this file outlives the run.
+Each mask holds back what a later chunk could still complete, and `close` writes it. Past the
+cap nothing is masked any more: nothing more is written.
 
 The file is unbuffered (writes go straight to the kernel), so a failure surfaces at the write
 that met it rather than at a later flush or at close. Writes are synchronous: small appends
@@ -37,6 +40,7 @@ from pathlib import Path
 from dispatch.log import event
 from dispatch.runners.base import TRUNCATION_MARK
 from dispatch.secrets.mask import StreamMask
+from dispatch.secrets.patterns import PatternStream
 
 
 class OutputFile:
@@ -48,6 +52,7 @@ class OutputFile:
         self._left = cap
         self._file: io.FileIO | None = None
         self._mask = StreamMask(hide)
+        self._shapes = PatternStream()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = io.FileIO(path, "wb")
@@ -61,7 +66,9 @@ class OutputFile:
 
     def write(self, data: bytes) -> bool:
         """Append up to the cap (then the mark); the same answer as `writing` afterwards."""
-        return self._put(self._mask.feed(data))
+        if not self.writing:  # a job past its cap may print on for hours: mask nothing more
+            return False
+        return self._put(self._shapes.feed(self._mask.feed(data)))
 
     def _put(self, data: bytes) -> bool:
         if not self.writing:
@@ -78,7 +85,8 @@ class OutputFile:
         return self.writing
 
     def close(self) -> None:
-        self._put(self._mask.flush())  # the end a value could still have straddled
+        # the end a value or a token could still have straddled
+        self._put(self._shapes.feed(self._mask.flush()) + self._shapes.flush())
         self._close_file()
 
     def _close_file(self) -> None:

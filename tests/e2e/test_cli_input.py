@@ -15,6 +15,7 @@ from redis import Redis
 
 from dispatch.cli import main
 from dispatch.queue.keys import queue_keys
+from dispatch.reasons import ENV_NAME_RESERVED
 from tests.support.daemons import cli_env, dispatch, dispatch_json
 
 
@@ -71,6 +72,29 @@ def test_a_value_past_a_bound_is_refused_at_submit_naming_it(
     done = dispatch(env, "submit", *args, "--", "true")
     refused(done, env)
     assert bound in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["--env", "HTTPS_PROXY=http://elsewhere:3128"], "HTTPS_PROXY"),
+        (["--env", "MODE=fix", "--env", "no_proxy=*"], "no_proxy"),
+        (["--secret", "DISPATCH_USAGE=vault/usage"], "DISPATCH_USAGE"),
+    ],
+)
+def test_an_env_name_the_runner_owns_is_refused_at_submit_naming_it(
+    env: dict[str, str], args: list[str], name: str
+) -> None:
+    done = dispatch(env, "submit", *args, "--", "true")
+    refused(done, env)
+    assert done.stderr.startswith(f"dispatch: {ENV_NAME_RESERVED}: env {name} "), done.stderr
+
+
+def test_a_reserved_env_name_in_a_document_is_refused(env: dict[str, str]) -> None:
+    doc = {"id": "env-1", "command": ["true"], "env": {"ALL_PROXY": "socks5://x:1080"}}
+    done = dispatch(env, "submit", "--json", "-", stdin=json.dumps(doc).encode())
+    refused(done, env)
+    assert f"{ENV_NAME_RESERVED}: env ALL_PROXY " in done.stderr, done.stderr
 
 
 def test_a_value_at_a_bound_is_submitted(env: dict[str, str]) -> None:
