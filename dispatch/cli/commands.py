@@ -171,6 +171,26 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(lambda client: triggers.act(client, settings, args), settings)
 
 
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """`status` and `hosts`: the fleet snapshot; exit 1 with one line when Redis cannot be read."""
+    from dispatch.cli import fleet_views
+    from dispatch.fleet.view import snapshot
+
+    async def go(client: Client) -> int:
+        found = await snapshot(client.redis, client.prefix)
+        if found.error:
+            print(f"dispatch: {found.error}", file=sys.stderr)
+            return 1
+        if args.json:
+            print(fleet_views.as_json(found, args.cmd))
+        else:
+            show = fleet_views.status_text if args.cmd == "status" else fleet_views.hosts_text
+            print(show(found))
+        return 0
+
+    return _with_client(go, settings)
+
+
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
         records = await client.run_rows(args.limit)
@@ -291,6 +311,10 @@ def _parser() -> argparse.ArgumentParser:
     one = add("trigger", cmd_trigger, "run a trigger now, or pause or resume it fleet-wide")
     one.add_argument("action", choices=["run", "pause", "resume"])
     one.add_argument("id")
+    status = add("status", cmd_status, "the fleet at a glance: hosts, queues, why jobs wait")
+    status.add_argument("--json", action="store_true")
+    hosts = add("hosts", cmd_status, "every host seen this week: live or gone, slots, version")
+    hosts.add_argument("--json", action="store_true")
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")

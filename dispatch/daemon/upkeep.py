@@ -10,7 +10,9 @@ heartbeat  this host's alive key (with its running count, its trigger fingerprin
            fleet agreement of dispatch/triggers/agreement.py, its clock's offset to the
            server's TIME, measured in the same round trip: dispatch/fleet/skew.py, and the
            runs whose stop did not take, `stuck`, for `dispatch why` and `doctor`, and the
-           names of its secret profiles, for the secret-profile gate of other hosts), which
+           names of its secret profiles, for the secret-profile gate of other hosts; its
+           slots, version and start, for `dispatch status` and `hosts`), and its last beat's
+           instant in `hosts_seen`, kept after it is gone, in the same round trip, which
            other hosts count and `dispatch cancel` asks before it waits for an
            acknowledgement;
 output     at start and then hourly: captured output files last written longer than
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from importlib import metadata
 
 from redis.asyncio import Redis
 
@@ -43,6 +46,16 @@ from dispatch.runners.output import output_dir, output_name, prune
 from dispatch.spend.ledger import SpendLedger
 
 OUTPUT_PRUNE_EVERY_S = 3600.0
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dispatch")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+VERSION = _version()
 
 
 class Upkeep:
@@ -68,6 +81,7 @@ class Upkeep:
         self.server_time = server_time or ServerTime(clock)
         self.stuck = stuck  # runs whose stop did not take (daemon/lock_keeper.py)
         self.profiles = profiles  # this host's secret profile names (gates/secret_profiles.py)
+        self.started_ms = clock.now_ms()
         self._beats = 0
 
     async def sweep(self, queue: Queue) -> list[str]:
@@ -85,7 +99,13 @@ class Upkeep:
 
     async def beat(self, period_s: float) -> None:
         alive = keys.host_alive(self.settings.host, self.settings.prefix)
-        beat: dict[str, object] = {"host": self.settings.host, "running": self.running()}
+        beat: dict[str, object] = {
+            "host": self.settings.host,
+            "running": self.running(),
+            "slots": self.settings.concurrency,
+            "version": VERSION,
+            "started_ms": self.started_ms,
+        }
         if self.fingerprint is not None:
             beat["triggers"] = self.fingerprint()
         if self.server_time.offset_ms is None:  # the first beat publishes one too
@@ -95,11 +115,13 @@ class Upkeep:
             beat["stuck"] = stuck
         if profiles := sorted(self.profiles()):
             beat[PROFILES_FIELD] = profiles
+        seen_ms = self.clock.now_ms() + (self.server_time.offset_ms or 0)
         async with self.redis.pipeline(transaction=False) as p:
             p.set(alive, encoder.encode(beat), px=int(period_s * 3000))
+            p.hset(keys.hosts_seen(self.settings.prefix), self.settings.host, seen_ms)
             p.time()
             sent = self.clock.now_ms()
-            _, reply = await p.execute()
+            _, _, reply = await p.execute()
         self.server_time.note(reply, sent, self.clock.now_ms())
         # the pause is followed every other beat (an idle daemon stays near one command a
         # second); the first beat, before any claim, also registers the queues

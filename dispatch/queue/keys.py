@@ -80,6 +80,12 @@ def hosts_registry(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}:hosts"
 
 
+def hosts_seen(prefix: str = DEFAULT_PREFIX) -> str:
+    """HASH host -> its last heartbeat's instant (server ms), kept after the host is gone, so
+    `dispatch hosts` can say when it stopped beating."""
+    return f"{prefix}:hosts:seen"
+
+
 def host_alive(host: str, prefix: str = DEFAULT_PREFIX) -> str:
     """STRING with a short TTL, refreshed by the host's heartbeat: present means alive."""
     return f"{prefix}:host:{host}"
