@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import msgspec
@@ -68,6 +69,10 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.daemon.instance import hold_instance
     from dispatch.queue import embedded
 
+    if args.allow:
+        settings = replace(
+            settings, allowed_roots=(*settings.allowed_roots, *inputs.roots(args.allow))
+        )
     # held first: a second `up` must not start a redis-server on the first one's socket
     with hold_instance(settings) as holder:
         server = embedded.start(settings.state_dir) if settings.embedded else None
@@ -92,6 +97,7 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.secrets.detect import warning
 
     job = _job_from_args(args, settings)
+    inputs.check_local_folder(job, settings)
     waits.check_afters(job, int(time.time() * 1000), settings.wait_after_max_ms)
     due_ms, delay_ms = inputs.parse_after(args.after)
     window = inputs.duration("--dedup-window", args.dedup_window)
@@ -280,7 +286,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = inputs.OneLineParser(prog="dispatch", description="Run container jobs on a fleet.")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     add = _adder(sub)
-    add("up", cmd_up, "start the daemon (and its own redis-server when no URL is set)")
+    up = add("up", cmd_up, "start the daemon (and its own redis-server when no URL is set)")
+    up.add_argument(
+        "--allow",
+        action="append",
+        metavar="DIR",
+        help="a folder local jobs may use, with all below it (repeatable; adds to "
+        "DISPATCH_ALLOWED_ROOTS)",
+    )
     add("worker", cmd_worker, "start the daemon against DISPATCH_REDIS_URL")
     _submit_parser(add("submit", cmd_submit, "enqueue a job; prints its id"))
     jobs = add("jobs", cmd_jobs, "list jobs by state")

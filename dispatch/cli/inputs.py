@@ -11,12 +11,14 @@ UTF-8, one argument over 64 KiB or all of them together over 1 MiB (a job docume
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import NoReturn
 
+from dispatch.config.settings import Settings
 from dispatch.config.units import (
     MAX_DURATION_MS,
     MAX_JOB_CPUS,
@@ -27,7 +29,7 @@ from dispatch.config.units import (
     shown,
 )
 from dispatch.errors import DispatchError
-from dispatch.model import MAX_JOB_BYTES, SecretRef, one_line
+from dispatch.model import MAX_JOB_BYTES, Job, SecretRef, one_line
 
 MAX_ARG_BYTES = 64 * 1024
 MAX_ARGV_BYTES = 1024 * 1024
@@ -165,3 +167,38 @@ def cpus(text: str) -> float:
         return parse_cpus(text, MAX_JOB_CPUS)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def roots(dirs: list[str]) -> tuple[str, ...]:
+    """`dispatch up --allow DIR`: each an existing directory, made absolute."""
+    found = []
+    for raw in dirs:
+        path = os.path.abspath(os.path.expanduser(raw))
+        if not os.path.isdir(path):
+            raise UsageError(f"--allow {raw}: not a directory")
+        found.append(path)
+    return tuple(found)
+
+
+def check_local_folder(job: Job, settings: Settings) -> None:
+    """A local job for this host's docker runner, refused at submit as the runner would
+    refuse it (one line, with the fix) rather than accepted and refused `folder-not-allowed`
+    when it runs. A folder for another host's queue is that host's to judge."""
+    from dispatch.host.files import allowed_folder
+
+    if job.kind != "local" or not job.folder or settings.runner != "docker":
+        return
+    if job.queue != f"jobs@{settings.host}":
+        return
+    if allowed_folder(job.folder, settings.allowed_roots) is not None:
+        return
+    if not settings.allowed_roots:
+        parent = os.path.dirname(job.folder.rstrip("/")) or "/"
+        raise UsageError(
+            f"folder {job.folder}: no folder is allowed on this host yet; set "
+            f"DISPATCH_ALLOWED_ROOTS={parent}, or run dispatch up --allow {parent}"
+        )
+    raise UsageError(
+        f"folder {job.folder} is not a directory under DISPATCH_ALLOWED_ROOTS "
+        f"({os.pathsep.join(settings.allowed_roots)})"
+    )

@@ -9,6 +9,8 @@
     config           every watched config file is valid and of this release's version
                      (missing files are fine); one line per broken or newer file
     wait-profile     each declared wait profile's command exists and is executable
+    allowed-roots    a warning when the docker runner may mount no folder (no
+                     DISPATCH_ALLOWED_ROOTS): every local job would be refused
     spend-caps       warnings only: a scoped-limits row no job can match, a dollar window
                      smaller than the default per-job cap, dollar caps without maxCostUsd
     job-network ...  the job network, its proxy and firewall, Redis out of a job's reach
@@ -41,6 +43,7 @@ from dispatch.cli.doctor.checks import (
     fleet_checks,
     profile_checks,
     render,
+    roots_check,
     run_checks,
     trigger_checks,
 )
@@ -53,6 +56,7 @@ def report(settings: Settings, out: TextIO | None = None) -> int:
     checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
     checks += config_checks(settings.config_dir)
     checks += profile_checks(settings.config_dir)
+    checks += roots_check(settings)
     if not failed(checks):  # a throwaway container needs the engine and the image
         checks += asyncio.run(egress_checks(settings))
     checks += asyncio.run(fleet_checks(settings))

@@ -169,6 +169,15 @@ def profile_checks(config_dir: Path) -> list[Check]:
     return checks
 
 
+def roots_check(settings: Settings) -> list[Check]:
+    """A warning when the docker runner may mount no folder at all: every local job would be
+    refused (at submit, and at pickup for one that got in another way)."""
+    if settings.runner != "docker" or settings.allowed_roots:
+        return []
+    hint = "local jobs are refused; set DISPATCH_ALLOWED_ROOTS or run dispatch up --allow DIR"
+    return [Check("allowed-roots", True, f"no folder is allowed: {hint}", warn=True)]
+
+
 async def run_checks(redis_url: str, docker_host: str | None, image: str | None) -> list[Check]:
     """Every check, Redis first, then Docker."""
     return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
