@@ -74,6 +74,7 @@ class JobView:
     result: Result | None = None
     paused: str = ""  # a job that waits: "fleet" (dispatch pause) or "queue" (its own queue's)
     unreadable: str = ""  # state "unreadable": which of its fields did not decode, and why
+    target: str = ""  # what it works on, when the listing read its document (`list(targets=)`)
 
     @property
     def reason(self) -> str:
@@ -104,6 +105,7 @@ class JobView:
             "result": msgspec.to_builtins(self.result) if self.result else None,
             "paused": self.paused or None,
             "unreadable": self.unreadable or None,
+            **({"target": self.target} if self.target else {}),
         }
 
 
@@ -178,16 +180,22 @@ class Client:
         views = await self._views([(name, job_id) for name in await self.queues()])
         return next((v for v in views if v is not None), None)
 
-    async def _views(self, wanted: builtins.list[tuple[str, str]]) -> builtins.list[JobView | None]:
+    async def _views(
+        self, wanted: builtins.list[tuple[str, str]], targets: bool = False
+    ) -> builtins.list[JobView | None]:
         """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs,
-        with whether the fleet or the job's queue is paused."""
+        with whether the fleet or the job's queue is paused; `targets` reads each document too,
+        for what the job works on (`JobView.target`)."""
         by_queue = {q: keys.queue_keys(q, self.prefix) for q in {q for q, _ in wanted}}
         async with self.redis.pipeline(transaction=False) as p:
             for queue, job_id in wanted:
                 k = by_queue[queue]
                 for key in (k.delayed, k.active, k.done):
                     p.zscore(key, job_id)
-                p.hexists(k.data, job_id)  # whether it is known; the document is not needed
+                if targets:
+                    p.hget(k.data, job_id)
+                else:
+                    p.hexists(k.data, job_id)  # whether it is known; the document is not needed
                 for key in (k.defer, k.result, k.lock, k.attempts, k.stalls, k.queued):
                     p.hget(key, job_id)
             p.exists(keys.fleet_paused(self.prefix))
@@ -199,13 +207,18 @@ class Client:
         paused = {q for q, flag in zip(by_queue, flags, strict=True) if flag}
         fields = _chunks(replies[:n], _VIEW_FIELDS)
         views = [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
+        if targets:
+            _with_targets(views, fields)
         for v in views:
             if v is not None and v.state in ("waiting", "delayed"):
                 v.paused = "fleet" if fleet else "queue" if v.queue in paused else ""
         return views
 
-    async def list(self, state: str | None = None, limit: int = 200) -> builtins.list[JobView]:
-        """Up to `limit` jobs of each state group per queue: two round trips for all queues."""
+    async def list(
+        self, state: str | None = None, limit: int = 200, targets: bool = False
+    ) -> builtins.list[JobView]:
+        """Up to `limit` jobs of each state group per queue: two round trips for all queues
+        (`targets`: with what each works on, read from its document)."""
         names = await self.queues()
         async with self.redis.pipeline(transaction=False) as p:
             for name in names:
@@ -221,7 +234,7 @@ class Client:
             for group in ids
             for job_id in group
         ]
-        found = await self._views(wanted)
+        found = await self._views(wanted, targets)
         # a job that cannot be read might be in any state: it is listed whatever was asked
         return [v for v in found if v is not None and state in (None, v.state, UNREADABLE)]
 
@@ -426,6 +439,21 @@ def _decoded_view(queue: str, job_id: str, fields: list[Any]) -> JobView:
     elif delayed is not None:
         view.state, view.until = "delayed", iso(int(delayed))
     return view
+
+
+def _with_targets(views: list[JobView | None], fields: list[list[Any]]) -> None:
+    for v, f in zip(views, fields, strict=True):
+        if v is not None and isinstance(f[3], bytes):  # the document, read instead of HEXISTS
+            v.target = _target(f[3])
+
+
+def _target(raw: bytes) -> str:
+    """What the job works on (a repo ref or a folder's base name); "" for a document that
+    does not decode (its view says why elsewhere)."""
+    try:
+        return decode_job(raw).target()
+    except InvalidJob:
+        return ""
 
 
 def _checked_document(job: Job) -> bytes:

@@ -16,7 +16,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from dispatch.cli import budget as spend
-from dispatch.cli import inputs, triggers, waits
+from dispatch.cli import filters, inputs, triggers, waits
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
@@ -118,8 +118,12 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    wanted = filters.Filters.of(args, int(time.time() * 1000))  # checked before Redis is asked
+
     async def go(client: Client) -> int:
-        views = waits.by_reason(await client.list(args.state, args.limit), args.reason)
+        found = await client.list(args.state, args.limit, targets=bool(args.target))
+        views = [v for v in waits.by_reason(found, args.reason) if wanted.keep(v)]
+        views = filters.oldest_first(views)
         if args.json:  # each waiting job says `paused` there; the list keeps its shape
             print(view.jobs_json(views))
             return 0
@@ -302,6 +306,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=200)
     waits.add_jobs_args(jobs)
+    filters.add_args(jobs)
     jobs.add_argument("--json", action="store_true")
     why = add("why", cmd_why, "tell a job's story")
     why.add_argument("id")

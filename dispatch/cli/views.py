@@ -28,7 +28,8 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 
 
 def jobs_table(views: Sequence[JobView]) -> str:
-    ordered = sorted(views, key=lambda v: (_STATE_ORDER.index(v.state), v.id))
+    # by state, each as given (a listing comes oldest first: cli/filters.oldest_first)
+    ordered = sorted(views, key=lambda v: _STATE_ORDER.index(v.state))
     rows = [
         (
             v.state,
