@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 import msgspec
@@ -77,8 +77,11 @@ class Logger:
         self.stream = stream or sys.stderr
         self.human = self.stream.isatty() if human is None else human
         self.context: dict[str, Any] = {}
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []  # metrics count them
 
     def event(self, name: str, **fields: Any) -> None:
+        for listener in self.listeners:
+            listener(name, fields)
         fields = redact({**self.context, **fields})
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         if self.human:

@@ -81,6 +81,7 @@ class Settings:
     job_cpus: float = 2.0
     host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
     host_cpus: float | None = None
+    metrics_addr: tuple[str, int] | None = None  # where /metrics is served; None: off
     # the docker runner's own (dispatch.runners.docker.settings.DockerSettings reads them here)
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
     container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
@@ -185,6 +186,16 @@ def _flag(raw: str) -> bool:
     return word in ("1", "true", "yes", "on")
 
 
+def _address(raw: str) -> tuple[str, int] | None:
+    """`host:port` for /metrics (`127.0.0.1:9464`); empty or `off` turns it off."""
+    if raw.strip().lower() in ("", "off"):
+        return None
+    host, sep, port = raw.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("give host:port, e.g. 127.0.0.1:9464 (or off)")
+    return host.strip("[]"), int(port)
+
+
 def _roots(raw: str) -> tuple[str, ...]:
     roots = tuple(r for r in raw.split(os.pathsep) if r)
     if not all(os.path.isabs(r) for r in roots):
@@ -229,6 +240,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("host_memory", "DISPATCH_HOST_MEMORY", lambda raw: parse_memory(raw, MAX_HOST_MEMORY)),
     ("host_cpus", "DISPATCH_HOST_CPUS", lambda raw: parse_cpus(raw, MAX_HOST_CPUS)),
     ("allowed_roots", "DISPATCH_ALLOWED_ROOTS", _roots),
+    ("metrics_addr", "DISPATCH_METRICS_ADDR", _address),
     ("container_user", "DISPATCH_CONTAINER_USER", _user),
     ("container_network", "DISPATCH_CONTAINER_NETWORK", _name),
     ("job_network", "DISPATCH_JOB_NETWORK", _name),

@@ -23,6 +23,7 @@ from dispatch.config.watcher import ConfigFiles
 from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
+from dispatch.daemon.metrics import Metrics
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.tasks import OnStop, every, supervised
 from dispatch.daemon.worker import Worker
@@ -40,7 +41,7 @@ from dispatch.gates.wait.parts import WaitParts
 from dispatch.gates.wait.profiles import ProfileRunner
 from dispatch.gates.wait.state import WaitStates, wait_state_ttl_ms
 from dispatch.host.files import allowed_folder
-from dispatch.log import event
+from dispatch.log import event, log
 from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
@@ -120,6 +121,7 @@ async def _serve_as_owner(
         ) as processor,
     ):
         runner = processor.runner
+        metrics = _metrics(settings)
         server_time = ServerTime(SystemClock())  # measured by the heartbeat, read by the minter
         minter = Minter(settings, redis, SystemClock(), config.current, server_time)
         worker = Worker(
@@ -131,14 +133,39 @@ async def _serve_as_owner(
             minter=minter,
             server_time=server_time,
             profiles=lambda: config.current().secrets,
+            metrics=metrics,
         )
         left = _left_records(processor)
-        async with _owned(owner, worker, stop):
+        async with _owned(owner, worker, stop), _serving(metrics, settings):
             # nothing is claimed before the runs a predecessor left are known gone
             if await boot_until_done(
                 redis, runner, settings.host, settings.prefix, queues, stop, left=left
             ):
                 await _work(settings, worker, runner, config, queues, stop, egress)
+
+
+def _metrics(settings: Settings) -> Metrics | None:
+    if settings.metrics_addr is None:
+        return None
+    from dispatch.daemon.upkeep import VERSION
+
+    return Metrics(settings.host, VERSION)
+
+
+@contextlib.asynccontextmanager
+async def _serving(metrics: Metrics | None, settings: Settings) -> AsyncIterator[None]:
+    """/metrics for the block, and the log's error events counted into it."""
+    if metrics is None or settings.metrics_addr is None:
+        yield
+        return
+    stop = metrics.serve(*settings.metrics_addr)
+    event("metrics_serving", addr=f"{settings.metrics_addr[0]}:{settings.metrics_addr[1]}")
+    log.listeners.append(metrics.count_errors)
+    try:
+        yield
+    finally:
+        log.listeners.remove(metrics.count_errors)
+        stop()
 
 
 def _left_records(processor: Processor) -> LeftRecords | None:

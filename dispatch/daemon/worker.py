@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any
 
+import msgspec
 from redis.asyncio import Redis
 
 from dispatch.clock import Clock, ServerTime, SystemClock
@@ -29,12 +30,14 @@ from dispatch.config.settings import Settings
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.lock_keeper import LockKeeper, Running
+from dispatch.daemon.metrics import FLEET_EVERY_S, LAG_EVERY_S, Metrics
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
 from dispatch.daemon.upkeep import OUTPUT_PRUNE_EVERY_S, Upkeep
 from dispatch.errors import RedisUnavailable
 from dispatch.gates.wait.state import WaitStates
 from dispatch.log import event
+from dispatch.model import DeferRecord
 from dispatch.queue import keys
 from dispatch.queue.faults import redis_call
 from dispatch.queue.scripts import load_all
@@ -65,9 +68,14 @@ class Worker:
         minter: Minter | None = None,
         server_time: ServerTime | None = None,
         profiles: Callable[[], Iterable[str]] = tuple,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.minter = minter
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.running.set_function(lambda: len(self.running))
+            metrics.slots.set(settings.concurrency)
         self.redis = redis
         self.processor = processor
         self.timing = timing or Timing()
@@ -177,6 +185,18 @@ class Worker:
         except Exception as exc:
             event("step_failed", task="triggers", error=f"{type(exc).__name__}: {exc}")
 
+    def _metrics_loops(self, metrics: Metrics) -> list[Coroutine[Any, Any, None]]:
+        async def lag() -> None:
+            metrics.lag_step()
+
+        def fleet() -> Awaitable[None]:
+            return metrics.fleet_step(self.redis, self.settings.prefix, self.settings.host)
+
+        return [
+            every("metrics-lag", LAG_EVERY_S, lag, self.life, at_start=True, jitter=False),
+            every("metrics-fleet", FLEET_EVERY_S, fleet, self.life, at_start=True),
+        ]
+
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
         life = self.life
         loops = [
@@ -197,6 +217,8 @@ class Worker:
         ]
         if self.minter is not None:
             loops.append(every("triggers", self.settings.trigger_every_s, self.minter.tick, life))
+        if self.metrics is not None:
+            loops += self._metrics_loops(self.metrics)
         for name, lane in self.lanes.items():
             loops += [
                 supervised(f"pump:{name}", lane.pump, life),
@@ -285,6 +307,8 @@ class Worker:
         # A lock judged from the claim's send: one that lapsed before the reply was read is
         # stopped here, before its run can start (the processor then hands it back).
         entry = Running(claim, renewed_at=sent)
+        if self.metrics is not None:
+            self.metrics.claimed.labels(claim.queue).inc()
         self.locks.judge_one(entry)
         entry.signal.judged_by(partial(self.locks.judge_one, entry))
         old = self.running.get((claim.queue, claim.id))
@@ -307,6 +331,8 @@ class Worker:
         if self.running.get((claim.queue, claim.id)) is entry:  # not a newer claim's
             del self.running[(claim.queue, claim.id)]
         try:
+            if self.metrics is not None:
+                self.metrics.ended(ending.action, ending.record, _defer_reason(ending))
             self._end(claim, ending)
         except Exception as exc:  # a bug here must not take the idle flag or a slot with it
             event("job_end_failed", job=claim.id, error=f"{type(exc).__name__}: {exc}")
@@ -331,3 +357,15 @@ class Worker:
         waited = ending.waited and ending.action == "finish"
         # its slot goes with the ending, to the next claim
         self.lanes[claim.queue].end(finish, local_copy, waited=waited)
+
+
+def _defer_reason(ending: Ending) -> str:
+    """A deferral's or retry's reason, for the metrics: the defer record's, else the run's."""
+    if ending.action == "finish":
+        return ""
+    if ending.record is not None:
+        return ending.record.reason
+    try:
+        return msgspec.json.decode(ending.payload, type=DeferRecord).reason
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "unreadable"
