@@ -22,6 +22,7 @@ from dispatch.reasons import FOLDER_NOT_ALLOWED, PAUSE_WINDOW
 from tests.support.pickups import pickup_of
 
 pytestmark = pytest.mark.anyio
+SIDES = ("real", "via")
 
 
 def iso(seconds: float) -> str:
@@ -53,8 +54,11 @@ def local(folder: Path, *, projects=(), windows=()) -> Pickup:
     return pickup_of(job, config=config, folder=None)  # as claimed: nothing resolved yet
 
 
-@pytest.mark.parametrize("spelled", ["real", "via"])
-@pytest.mark.parametrize("row", ["real", "via"])
+# the job's folder and the row's, each spelled through the symlink or not
+SPELLINGS = pytest.mark.parametrize(("spelled", "row"), [(a, b) for a in SIDES for b in SIDES])
+
+
+@SPELLINGS
 async def test_a_folder_counts_in_its_real_project_however_either_side_spells_it(
     tmp_path: Path, spelled: str, row: str
 ) -> None:
@@ -66,8 +70,7 @@ async def test_a_folder_counts_in_its_real_project_however_either_side_spells_it
     assert pickup.project is not None and pickup.project.id == "web"
 
 
-@pytest.mark.parametrize("spelled", ["real", "via"])
-@pytest.mark.parametrize("row", ["real", "via"])
+@SPELLINGS
 async def test_a_folder_is_held_by_its_real_folders_pause_window(
     tmp_path: Path, spelled: str, row: str
 ) -> None:

@@ -36,6 +36,15 @@ def folder(root: Path, name: str) -> Path:
     return path
 
 
+def setup(tmp_path: Path, docker) -> tuple[Path, Path, Path, FolderGate, DockerRunner]:
+    """root/a and root/c (owned by OWNER), the folder gate and a runner allowing root."""
+    root = tmp_path / "root"
+    root.mkdir()
+    roots = (str(root),)
+    runner = DockerRunner(DockerSettings(allowed_roots=roots), docker)
+    return root, folder(root, "a"), folder(root, "c"), FolderGate(roots), runner
+
+
 async def resolved(gate: FolderGate, spelled: Path) -> str:
     pickup = pickup_of(
         Job(id="j", command=["true"], kind="local", folder=str(spelled)), folder=None
@@ -56,13 +65,10 @@ async def mounts(docker, host: str) -> list[str]:
 async def test_a_symlink_repointed_after_the_gate_never_mounts_a_held_folder(
     docker, tmp_path, host_label
 ) -> None:
-    root = tmp_path / "root"
-    root.mkdir()
-    a, c = folder(root, "a"), folder(root, "c")
+    root, a, c, gate, runner = setup(tmp_path, docker)
     link = root / "link"
     link.symlink_to(c)
-    gate, locks = FolderGate((str(root),)), FolderLocks()
-    runner = DockerRunner(DockerSettings(allowed_roots=(str(root),)), docker)
+    locks = FolderLocks()
 
     z = make_ctx(tmp_path, host_label, ["sleep", "30"], kind="local", folder=str(a))
     z.folder = await resolved(gate, a)
@@ -91,11 +97,7 @@ async def test_a_symlink_repointed_after_the_gate_never_mounts_a_held_folder(
 async def test_the_held_folder_itself_turned_into_a_symlink_is_refused(
     docker, tmp_path, host_label
 ) -> None:
-    root = tmp_path / "root"
-    root.mkdir()
-    a, c = folder(root, "a"), folder(root, "c")
-    gate = FolderGate((str(root),))
-    runner = DockerRunner(DockerSettings(allowed_roots=(str(root),)), docker)
+    root, a, c, gate, runner = setup(tmp_path, docker)
     y = make_ctx(tmp_path, host_label, ["true"], kind="local", folder=str(c))
     y.folder = await resolved(gate, c)
     os.rename(c, root / "c-old")
