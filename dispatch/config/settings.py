@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ class Settings:
     host_memory: int | None = None  # this host's job budget; None: fixed concurrency only
     host_cpus: float | None = None
     metrics_addr: tuple[str, int] | None = None  # where /metrics is served; None: off
+    on_failure: tuple[str, ...] = ()  # the operator's command told of jobs that ended wrong
+    on_failure_timeout_s: float = 10.0
     # the docker runner's own (dispatch.runners.docker.settings.DockerSettings reads them here)
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
     container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
@@ -186,6 +189,15 @@ def _flag(raw: str) -> bool:
     return word in ("1", "true", "yes", "on")
 
 
+def _argv(raw: str) -> tuple[str, ...]:
+    """A command and its arguments, split as a shell would (never run by one); an absolute
+    path first, so what runs does not depend on the daemon's PATH."""
+    argv = tuple(shlex.split(raw))
+    if argv and not os.path.isabs(argv[0]):
+        raise ValueError(f"{argv[0]!r}: give the command's absolute path")
+    return argv
+
+
 def _address(raw: str) -> tuple[str, int] | None:
     """`host:port` for /metrics (`127.0.0.1:9464`); empty or `off` turns it off."""
     if raw.strip().lower() in ("", "off"):
@@ -241,6 +253,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("host_cpus", "DISPATCH_HOST_CPUS", lambda raw: parse_cpus(raw, MAX_HOST_CPUS)),
     ("allowed_roots", "DISPATCH_ALLOWED_ROOTS", _roots),
     ("metrics_addr", "DISPATCH_METRICS_ADDR", _address),
+    ("on_failure", "DISPATCH_ON_FAILURE", _argv),
+    ("on_failure_timeout_s", "DISPATCH_ON_FAILURE_TIMEOUT", parse_seconds),
     ("container_user", "DISPATCH_CONTAINER_USER", _user),
     ("container_network", "DISPATCH_CONTAINER_NETWORK", _name),
     ("job_network", "DISPATCH_JOB_NETWORK", _name),

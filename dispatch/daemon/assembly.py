@@ -24,6 +24,7 @@ from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.metrics import Metrics
+from dispatch.daemon.on_failure import OnFailure
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.tasks import OnStop, every, supervised
 from dispatch.daemon.worker import Worker
@@ -134,6 +135,7 @@ async def _serve_as_owner(
             server_time=server_time,
             profiles=lambda: config.current().secrets,
             metrics=metrics,
+            on_failure=_on_failure(settings, redis),
         )
         left = _left_records(processor)
         async with _owned(owner, worker, stop), _serving(metrics, settings):
@@ -142,6 +144,14 @@ async def _serve_as_owner(
                 redis, runner, settings.host, settings.prefix, queues, stop, left=left
             ):
                 await _work(settings, worker, runner, config, queues, stop, egress)
+
+
+def _on_failure(settings: Settings, redis: Redis) -> OnFailure | None:
+    if not settings.on_failure:
+        return None
+    return OnFailure(
+        redis, settings.prefix, settings.host, settings.on_failure, settings.on_failure_timeout_s
+    )
 
 
 def _metrics(settings: Settings) -> Metrics | None:

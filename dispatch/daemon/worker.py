@@ -31,6 +31,7 @@ from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.lock_keeper import LockKeeper, Running
 from dispatch.daemon.metrics import FLEET_EVERY_S, LAG_EVERY_S, Metrics
+from dispatch.daemon.on_failure import OnFailure
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
 from dispatch.daemon.upkeep import OUTPUT_PRUNE_EVERY_S, Upkeep
@@ -69,10 +70,12 @@ class Worker:
         server_time: ServerTime | None = None,
         profiles: Callable[[], Iterable[str]] = tuple,
         metrics: Metrics | None = None,
+        on_failure: OnFailure | None = None,
     ) -> None:
         self.settings = settings
         self.minter = minter
         self.metrics = metrics
+        self.on_failure = on_failure
         if metrics is not None:
             metrics.running.set_function(lambda: len(self.running))
             metrics.slots.set(settings.concurrency)
@@ -150,6 +153,8 @@ class Worker:
         await stop.wait()
         await self.shutdown()
         await self._close(background)
+        if self.on_failure is not None:
+            await self.on_failure.settle()
         self.records.close()
         event("worker_stopped", host=self.settings.host)
 
@@ -333,6 +338,8 @@ class Worker:
         try:
             if self.metrics is not None:
                 self.metrics.ended(ending.action, ending.record, _defer_reason(ending))
+            if self.on_failure is not None:
+                self.on_failure.ended(ending.action, ending.record)
             self._end(claim, ending)
         except Exception as exc:  # a bug here must not take the idle flag or a slot with it
             event("job_end_failed", job=claim.id, error=f"{type(exc).__name__}: {exc}")
