@@ -88,7 +88,7 @@ class Metrics:
         """Count one claim's ending (worker.py, as it hands it to the lane)."""
         if action == "defer":
             self.deferred.labels(token(defer_reason)).inc()
-        elif action == "retry":
+        elif action == "retry":  # not a reason: the action
             self.retried.labels(token(record.reason if record else defer_reason)).inc()
         elif record is not None:
             reason = token(record.reason) if record.reason else "none"
