@@ -85,6 +85,8 @@ class Settings:
     metrics_addr: tuple[str, int] | None = None  # where /metrics is served; None: off
     on_failure: tuple[str, ...] = ()  # the operator's command told of jobs that ended wrong
     on_failure_timeout_s: float = 10.0
+    webhook_url: str = ""  # POSTed the record of each job that ended wrong ("" = none)
+    webhook_secret: str = ""  # signs those POSTs (HMAC-SHA256)
     # the docker runner's own (dispatch.runners.docker.settings.DockerSettings reads them here)
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
     container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
@@ -189,6 +191,13 @@ def _flag(raw: str) -> bool:
     return word in ("1", "true", "yes", "on")
 
 
+def _url(raw: str) -> str:
+    text = raw.strip()
+    if text and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise ValueError("give an http:// or https:// URL")
+    return text
+
+
 def _argv(raw: str) -> tuple[str, ...]:
     """A command and its arguments, split as a shell would (never run by one); an absolute
     path first, so what runs does not depend on the daemon's PATH."""
@@ -255,6 +264,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("metrics_addr", "DISPATCH_METRICS_ADDR", _address),
     ("on_failure", "DISPATCH_ON_FAILURE", _argv),
     ("on_failure_timeout_s", "DISPATCH_ON_FAILURE_TIMEOUT", parse_seconds),
+    ("webhook_url", "DISPATCH_WEBHOOK_URL", _url),
+    ("webhook_secret", "DISPATCH_WEBHOOK_SECRET", str),
     ("container_user", "DISPATCH_CONTAINER_USER", _user),
     ("container_network", "DISPATCH_CONTAINER_NETWORK", _name),
     ("job_network", "DISPATCH_JOB_NETWORK", _name),

@@ -24,7 +24,7 @@ from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.metrics import Metrics
-from dispatch.daemon.on_failure import OnFailure
+from dispatch.daemon.on_failure import OnFailure, Webhook
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.tasks import OnStop, every, supervised
 from dispatch.daemon.worker import Worker
@@ -147,10 +147,16 @@ async def _serve_as_owner(
 
 
 def _on_failure(settings: Settings, redis: Redis) -> OnFailure | None:
-    if not settings.on_failure:
+    if not settings.on_failure and not settings.webhook_url:
         return None
+    hook = Webhook(settings.webhook_url, settings.webhook_secret) if settings.webhook_url else None
     return OnFailure(
-        redis, settings.prefix, settings.host, settings.on_failure, settings.on_failure_timeout_s
+        redis,
+        settings.prefix,
+        settings.host,
+        settings.on_failure,
+        settings.on_failure_timeout_s,
+        hook,
     )
 
 
