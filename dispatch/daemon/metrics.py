@@ -27,8 +27,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import start_http_server
 from redis.asyncio import Redis
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.model import RunRecord
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, POLICY
+from dispatch.spend.plan import MICRO
+from dispatch.spend.standing import Line, lines
 
 LEASE_MS = 30_000  # the fleet gauges' leader holds this long without a renewal
 FLEET_EVERY_S = 10.0  # the leader's snapshot period (the lease is renewed with it)
@@ -133,15 +136,27 @@ class Metrics:
             self.lag.set(max(now - self._last_tick - LAG_EVERY_S, 0.0))
         self._last_tick = now
 
-    async def fleet_step(self, redis: Redis, prefix: str, holder: str) -> None:
-        """Take or keep the metrics lease; while held, the fleet gauges from a snapshot."""
+    async def fleet_step(
+        self,
+        redis: Redis,
+        prefix: str,
+        holder: str,
+        config: Callable[[], ConfigSnapshot] | None = None,
+    ) -> None:
+        """Take or keep the metrics lease; while held, the fleet gauges from a snapshot, and
+        the spend ledgers of scoped-limits.json (`config`) as `dispatch budget` reads them."""
         from dispatch.fleet.view import snapshot
 
         try:
             leads = await _hold(redis, f"{prefix}:metrics:leader", holder)
             self.leader.set(1 if leads else 0)
             if leads:
-                self.fleet.show(await snapshot(redis, prefix))
+                found = await snapshot(redis, prefix)
+                self.fleet.show(found)
+                if config is not None and not found.error:
+                    current = config()
+                    spent = await lines(redis, prefix, current.limits, current.overlay, found.at_ms)
+                    self.fleet.spend(spent)
             else:
                 self.fleet.clear()
         except Exception:  # Redis away: say nothing of the fleet rather than something stale
@@ -172,16 +187,35 @@ class _FleetGauges:
             "dispatch_oldest_waiting_seconds", "age of the oldest by reason", ["reason"], registry=r
         )
         self.paused = Gauge("dispatch_queue_paused", "1 while paused", ["queue"], registry=r)
+        ledger = ["ledger", "metric", "window"]
+        self.used = Gauge("dispatch_spend_used", "spent this window", ledger, registry=r)
+        self.in_flight = Gauge(
+            "dispatch_spend_in_flight", "reserved for runs under way", ledger, registry=r
+        )
+        self.cap = Gauge("dispatch_spend_cap", "the window's cap", ledger, registry=r)
         self.hosts = Gauge("dispatch_live_hosts", "hosts beating", registry=r)
         self.running = Gauge("dispatch_fleet_running_jobs", "running jobs, fleet", registry=r)
         self.slots = Gauge("dispatch_fleet_slots", "slots of the live hosts", registry=r)
-        self._all = (self.jobs, self.waiting, self.oldest, self.paused)
+        self._all = (
+            self.jobs, self.waiting, self.oldest, self.paused, self.used, self.in_flight, self.cap
+        )  # fmt: skip
 
     def clear(self) -> None:
         for g in self._all:
             g.clear()
         for g in (self.hosts, self.running, self.slots):
             g.set(0)
+
+    def spend(self, found: list[Line]) -> None:
+        """Dollars in dollars, runs and tokens as counted (`dispatch budget`'s numbers)."""
+        for g in (self.used, self.in_flight, self.cap):
+            g.clear()
+        for line in found:
+            scale = MICRO if line.metric == "usd" else 1
+            labels = (line.ledger, line.metric, line.window)
+            self.used.labels(*labels).set(line.used / scale)
+            self.in_flight.labels(*labels).set(line.in_flight / scale)
+            self.cap.labels(*labels).set(line.cap / scale)
 
     def show(self, s: Any) -> None:
         if s.error:

@@ -195,7 +195,8 @@ class Worker:
             metrics.lag_step()
 
         def fleet() -> Awaitable[None]:
-            return metrics.fleet_step(self.redis, self.settings.prefix, self.settings.host)
+            redis, s = self.redis, self.settings
+            return metrics.fleet_step(redis, s.prefix, s.host, self.processor.config)
 
         return [
             every("metrics-lag", LAG_EVERY_S, lag, self.life, at_start=True, jitter=False),

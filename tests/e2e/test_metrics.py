@@ -4,6 +4,7 @@ and the one daemon of the fleet holds the metrics lease and exports the fleet ga
 
 from __future__ import annotations
 
+import json
 import socket
 import urllib.request
 from pathlib import Path
@@ -12,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
 from tests.support.polling import eventually_sync
+
+DAY_RUNS = (("ledger", "the whole fleet"), ("metric", "runs"), ("window", "day"))
 
 
 def free_port() -> int:
@@ -38,6 +41,10 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
         redis_url, prefix, tmp_path / "state", DISPATCH_HOST="m1",
         DISPATCH_METRICS_ADDR=f"127.0.0.1:{port}", DISPATCH_CONCURRENCY="3",
     )  # fmt: skip
+    config = Path(env["DISPATCH_CONFIG_DIR"])
+    config.mkdir(parents=True)
+    limits = {"version": 1, "limits": [{"scope": "*", "day": 100}]}
+    (config / "scoped-limits.json").write_text(json.dumps(limits))
     with daemon(env):
         ok = dispatch(env, "submit", "--", "true").stdout.strip()
         bad = dispatch(env, "submit", "--attempts", "1", "--", "sh", "-c", "exit 3").stdout.strip()
@@ -54,7 +61,8 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
             leads = found.get(("dispatch_metrics_leader", ()))
             # the fleet gauges are the leader's snapshot, taken every 10 s
             delayed = found.get(("dispatch_queue_jobs", (("queue", "jobs"), ("state", "delayed"))))
-            return found if done == 1 and leads == 1 and delayed == 1 else None
+            spent = found.get(("dispatch_spend_used", DAY_RUNS))
+            return found if done == 1 and leads == 1 and delayed == 1 and spent == 2 else None
 
         found = eventually_sync(counted, 30)
     assert found[("dispatch_jobs_claimed_total", (("queue", "jobs"),))] == 2
@@ -69,6 +77,8 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     assert found[("dispatch_queue_jobs", (("queue", "jobs"), ("state", "delayed")))] == 1
     assert found[("dispatch_waiting_jobs", (("reason", "scheduled"),))] == 1
     assert ("dispatch_event_loop_lag_seconds", ()) in found
+    assert found[("dispatch_spend_cap", DAY_RUNS)] == 100  # both runs started: both charged
+    assert found[("dispatch_spend_in_flight", DAY_RUNS)] == 0
     labels = {v for k in found for _, v in k[1]}
     assert ok not in labels and bad not in labels  # never a job id in a label
 
