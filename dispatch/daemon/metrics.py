@@ -86,6 +86,7 @@ class Metrics:
         )
         self.fleet = _FleetGauges(r)
         self._last_tick: float | None = None
+        self._compiled: tuple[object, list[Any]] = ((), [])  # triggers.json's, compiled once
 
     def ended(self, action: str, record: RunRecord | None, defer_reason: str = "") -> None:
         """Count one claim's ending (worker.py, as it hands it to the lane)."""
@@ -112,6 +113,19 @@ class Metrics:
             self.wait_seconds.observe(started - queued)
         if ended is not None and ended >= started:
             self.run_seconds.observe(ended - started)
+
+    async def _triggers(
+        self, redis: Redis, prefix: str, current: ConfigSnapshot, now_ms: int
+    ) -> None:
+        """Each trigger's next instant and its last minted occurrence's (triggers.json's)."""
+        from dispatch.triggers import control
+        from dispatch.triggers.spec import compile_all
+        from dispatch.triggers.store import TriggerStore
+
+        if self._compiled[0] is not current.triggers:
+            self._compiled = (current.triggers, compile_all(current.triggers))
+        found = await control.rows(TriggerStore(redis, prefix), self._compiled[1], now_ms)
+        self.fleet.triggers(found)
 
     def count_errors(self, name: str, fields: dict[str, Any]) -> None:
         """A log listener: each error event counts under its kind."""
@@ -157,6 +171,7 @@ class Metrics:
                     current = config()
                     spent = await lines(redis, prefix, current.limits, current.overlay, found.at_ms)
                     self.fleet.spend(spent)
+                    await self._triggers(redis, prefix, current, found.at_ms)
             else:
                 self.fleet.clear()
         except Exception:  # Redis away: say nothing of the fleet rather than something stale
@@ -193,11 +208,18 @@ class _FleetGauges:
             "dispatch_spend_in_flight", "reserved for runs under way", ledger, registry=r
         )
         self.cap = Gauge("dispatch_spend_cap", "the window's cap", ledger, registry=r)
+        self.next = Gauge(
+            "dispatch_trigger_next_timestamp_seconds", "next occurrence", ["trigger"], registry=r
+        )
+        self.last = Gauge(
+            "dispatch_trigger_last_timestamp_seconds", "last minted", ["trigger"], registry=r
+        )
         self.hosts = Gauge("dispatch_live_hosts", "hosts beating", registry=r)
         self.running = Gauge("dispatch_fleet_running_jobs", "running jobs, fleet", registry=r)
         self.slots = Gauge("dispatch_fleet_slots", "slots of the live hosts", registry=r)
         self._all = (
-            self.jobs, self.waiting, self.oldest, self.paused, self.used, self.in_flight, self.cap
+            self.jobs, self.waiting, self.oldest, self.paused, self.used, self.in_flight, self.cap,
+            self.next, self.last,
         )  # fmt: skip
 
     def clear(self) -> None:
@@ -216,6 +238,16 @@ class _FleetGauges:
             self.used.labels(*labels).set(line.used / scale)
             self.in_flight.labels(*labels).set(line.in_flight / scale)
             self.cap.labels(*labels).set(line.cap / scale)
+
+    def triggers(self, rows: list[dict[str, Any]]) -> None:
+        """From `dispatch triggers`' rows: a paused or disabled trigger has no next."""
+        for g in (self.next, self.last):
+            g.clear()
+        for row in rows:
+            for gauge, field in ((self.next, "next"), (self.last, "last")):
+                at = _seconds(row.get(field))
+                if at is not None:
+                    gauge.labels(row["id"]).set(at)
 
     def show(self, s: Any) -> None:
         if s.error:

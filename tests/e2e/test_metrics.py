@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     config.mkdir(parents=True)
     limits = {"version": 1, "limits": [{"scope": "*", "day": 100}]}
     (config / "scoped-limits.json").write_text(json.dumps(limits))
+    hourly = {"id": "hourly", "cron": "0 * * * *", "job": {"command": ["true"]}}
+    (config / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [hourly]}))
     with daemon(env):
         ok = dispatch(env, "submit", "--", "true").stdout.strip()
         bad = dispatch(env, "submit", "--attempts", "1", "--", "sh", "-c", "exit 3").stdout.strip()
@@ -60,9 +63,10 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
             )
             leads = found.get(("dispatch_metrics_leader", ()))
             # the fleet gauges are the leader's snapshot, taken every 10 s
+            # the --after job and the trigger's next occurrence, minted ahead
             delayed = found.get(("dispatch_queue_jobs", (("queue", "jobs"), ("state", "delayed"))))
             spent = found.get(("dispatch_spend_used", DAY_RUNS))
-            return found if done == 1 and leads == 1 and delayed == 1 and spent == 2 else None
+            return found if done == 1 and leads == 1 and delayed == 2 and spent == 2 else None
 
         found = eventually_sync(counted, 30)
     assert found[("dispatch_jobs_claimed_total", (("queue", "jobs"),))] == 2
@@ -74,8 +78,9 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     assert found[("dispatch_run_duration_seconds_count", ())] == 2
     assert found[("dispatch_build_info", (("host", "m1"), ("version", found_version(found))))] == 1
     assert found[("dispatch_live_hosts", ())] == 1
-    assert found[("dispatch_queue_jobs", (("queue", "jobs"), ("state", "delayed")))] == 1
-    assert found[("dispatch_waiting_jobs", (("reason", "scheduled"),))] == 1
+    assert found[("dispatch_waiting_jobs", (("reason", "scheduled"),))] == 2
+    next_at = found[("dispatch_trigger_next_timestamp_seconds", (("trigger", "hourly"),))]
+    assert 0 < next_at - time.time() <= 3600
     assert ("dispatch_event_loop_lag_seconds", ()) in found
     assert found[("dispatch_spend_cap", DAY_RUNS)] == 100  # both runs started: both charged
     assert found[("dispatch_spend_in_flight", DAY_RUNS)] == 0
