@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from dispatch.cli import inputs
 from dispatch.client import JobView
+from dispatch.model import instant_ms
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -60,9 +60,7 @@ def _hosts(v: JobView) -> set[str]:
 
 
 def _queued_ms(v: JobView) -> int:
-    if not v.queued_at:
-        return 0
-    return int(datetime.fromisoformat(v.queued_at.replace("Z", "+00:00")).timestamp() * 1000)
+    return (instant_ms(v.queued_at) if v.queued_at else None) or 0
 
 
 def oldest_first(views: Sequence[JobView]) -> list[JobView]:

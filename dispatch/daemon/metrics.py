@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -28,7 +27,8 @@ from prometheus_client.exposition import start_http_server
 from redis.asyncio import Redis
 
 from dispatch.config.schemas import ConfigSnapshot
-from dispatch.model import RunRecord
+from dispatch.fleet.view import Snapshot, snapshot
+from dispatch.model import RunRecord, instant_ms
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, POLICY
 from dispatch.spend.plan import MICRO
 from dispatch.spend.standing import Line, lines
@@ -159,8 +159,6 @@ class Metrics:
     ) -> None:
         """Take or keep the metrics lease; while held, the fleet gauges from a snapshot, and
         the spend ledgers of scoped-limits.json (`config`) as `dispatch budget` reads them."""
-        from dispatch.fleet.view import snapshot
-
         try:
             leads = await _hold(redis, f"{prefix}:metrics:leader", holder)
             self.leader.set(1 if leads else 0)
@@ -249,7 +247,7 @@ class _FleetGauges:
                 if at is not None:
                     gauge.labels(row["id"]).set(at)
 
-    def show(self, s: Any) -> None:
+    def show(self, s: Snapshot) -> None:
         if s.error:
             self.clear()
             return
@@ -270,12 +268,8 @@ class _FleetGauges:
 
 
 def _seconds(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    ms = instant_ms(text) if text else None
+    return None if ms is None else ms / 1000
 
 
 def _text(value: Any) -> str:

@@ -6,15 +6,14 @@ sweep      per queue, every `DISPATCH_SWEEP_EVERY`: claims whose lock deadline p
 settle     every `DISPATCH_SWEEP_EVERY` too, once per daemon: the spend reservations of
            every queue of the fleet whose claims were gone on two looks in a row are settled
            at their reserved amount (runs lost with their daemon; dispatch/spend/ledger.py);
-heartbeat  this host's alive key (with its running count, its trigger fingerprint for the
-           fleet agreement of dispatch/triggers/agreement.py, its clock's offset to the
-           server's TIME, measured in the same round trip: dispatch/fleet/skew.py, and the
-           runs whose stop did not take, `stuck`, for `dispatch why` and `doctor`, and the
-           names of its secret profiles, for the secret-profile gate of other hosts; its
-           slots, version and start, for `dispatch status` and `hosts`), and its last beat's
-           instant in `hosts_seen`, kept after it is gone, in the same round trip, which
-           other hosts count and `dispatch cancel` asks before it waits for an
-           acknowledgement;
+heartbeat  this host's alive key, one SET with a TIME in the same round trip. It carries the
+           running count, slots, version and start (`dispatch status`, `hosts`), the trigger
+           fingerprint (the fleet agreement, dispatch/triggers/agreement.py), the clock's
+           offset to the server's TIME (dispatch/fleet/skew.py), the runs whose stop did not
+           take (`stuck`: `dispatch why`, `doctor`) and the secret profile names (other
+           hosts' secret-profile gate); the beat's instant also goes to `hosts_seen`, kept
+           after the host is gone. Other hosts count the key, and `dispatch cancel` asks it
+           before it waits for an acknowledgement;
 output     at start and then hourly: captured output files last written longer than
            `DISPATCH_OUTPUT_RETENTION` ago are removed, except those of the claims this
            process holds. A live run's file is kept by name, not trusted to a recent mtime: a

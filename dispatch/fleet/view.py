@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.model import DeferRecord
-from dispatch.queue import fleet_pause, keys
+from dispatch.queue import fleet_pause, heartbeats, keys
 
 SAMPLE = 2_000  # delayed jobs per queue whose reason is read
 GONE_AFTER_MS = 7 * 86_400_000  # a host silent longer than this is no longer listed
@@ -185,13 +185,7 @@ def _reason(raw: bytes | None) -> str:
 
 
 def _host(name: str, raw: bytes | None, last_beat_ms: int | None) -> HostRow:
-    beat: dict[str, Any] = {}
-    if raw:
-        try:
-            value = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            value = None
-        beat = value if isinstance(value, dict) else {}
+    beat = heartbeats.decode(raw) or {}
     return HostRow(
         name,
         alive=raw is not None,

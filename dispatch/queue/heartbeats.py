@@ -29,13 +29,19 @@ async def heartbeats(
         beats = await p.execute()
     found = {}
     for h, raw in zip(hosts, beats, strict=True):
-        try:
-            value = msgspec.json.decode(raw) if raw else None
-        except msgspec.DecodeError:
-            value = None
-        if isinstance(value, dict):
-            found[h] = value
+        beat = decode(raw)
+        if beat is not None:
+            found[h] = beat
     return found
+
+
+def decode(raw: bytes | None) -> dict[str, Any] | None:
+    """One alive key's heartbeat; None when there is none, or it is not a JSON object."""
+    try:
+        value = msgspec.json.decode(raw) if raw else None
+    except msgspec.DecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _text(value: object) -> str:
