@@ -87,6 +87,15 @@ class SecretRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.secret.partition("/")[2]
 
 
+def target_text(kind: str, repo: str | None, number: int | None, folder: str | None) -> str:
+    """A job's target from its fields (`Job.target`), also for a reader that decodes no more."""
+    if kind == "forge":
+        return f"{repo}#{number}" if number is not None else str(repo)
+    if kind == "local" and folder:
+        return os.path.basename(folder.rstrip("/")) or "/"
+    return ""
+
+
 class Job(
     msgspec.Struct,
     frozen=True,
@@ -123,11 +132,7 @@ class Job(
 
     def target(self) -> str:
         """What the job works on, safe to log fleet-wide: a repo ref or a folder basename."""
-        if self.kind == "forge":
-            return f"{self.repo}#{self.number}" if self.number is not None else str(self.repo)
-        if self.kind == "local" and self.folder:
-            return os.path.basename(self.folder.rstrip("/")) or "/"
-        return ""
+        return target_text(self.kind, self.repo, self.number, self.folder)
 
     def plain_env(self) -> dict[str, str]:
         """The env values given as values (what the document itself holds)."""

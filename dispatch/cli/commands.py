@@ -183,7 +183,7 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """`status` and `hosts`: the fleet snapshot; exit 1 with one line when Redis cannot be read."""
-    from dispatch.cli import fleet_views
+    from dispatch.cli import fleet_extras, fleet_views
     from dispatch.fleet.view import snapshot
 
     async def go(client: Client) -> int:
@@ -191,11 +191,15 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if found.error:
             print(f"dispatch: {found.error}", file=sys.stderr)
             return 1
+        more = None
+        if args.cmd == "status":
+            more = await fleet_extras.extras(client.redis, settings, found.at_ms)
         if args.json:
-            print(fleet_views.as_json(found, args.cmd))
+            print(fleet_views.as_json(found, args.cmd, more))
+        elif more is not None:
+            print(fleet_views.status_text(found, more))
         else:
-            show = fleet_views.status_text if args.cmd == "status" else fleet_views.hosts_text
-            print(show(found))
+            print(fleet_views.hosts_text(found))
         return 0
 
     return _with_client(go, settings)

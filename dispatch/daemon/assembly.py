@@ -170,17 +170,17 @@ def _metrics(settings: Settings) -> Metrics | None:
 
 @contextlib.asynccontextmanager
 async def _serving(metrics: Metrics | None, settings: Settings) -> AsyncIterator[None]:
-    """/metrics for the block, and the log's error events counted into it."""
+    """/metrics for the block, and the log's error and lease events counted into it."""
     if metrics is None or settings.metrics_addr is None:
         yield
         return
     stop = metrics.serve(*settings.metrics_addr)
     event("metrics_serving", addr=f"{settings.metrics_addr[0]}:{settings.metrics_addr[1]}")
-    log.listeners.append(metrics.count_errors)
+    log.listeners.append(metrics.count_events)
     try:
         yield
     finally:
-        log.listeners.remove(metrics.count_errors)
+        log.listeners.remove(metrics.count_events)
         stop()
 
 
@@ -279,6 +279,7 @@ async def gated_processor(
             EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
             records,
         )
+        processor.host_budget = deps.budget
         try:
             yield processor
         finally:

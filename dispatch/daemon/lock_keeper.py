@@ -57,6 +57,7 @@ class Running(msgspec.Struct):
     stop_seen: float | None = None  # clock.monotonic() at the first tick that saw it aborted
     stop_since_ms: int = 0  # clock.now_ms() then, for `dispatch why`
     stop_logged: bool = False  # the stop did not take: logged, and published
+    claimed_ms: int = 0  # clock.now_ms() at the claim, for the heartbeat's running jobs
 
 
 class LockKeeper:

@@ -41,6 +41,7 @@ from dispatch.daemon import outcomes
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.timeouts import Timeouts
 from dispatch.errors import InvalidJob, RedisUnavailable
+from dispatch.fleet.host_budget import HostBudget
 from dispatch.gates.base import (
     ADMIT,
     NEWER_RELEASE_DELAY_MS,
@@ -133,6 +134,8 @@ class Ending(msgspec.Struct):
 
 
 class Processor:
+    host_budget: HostBudget | None = None  # the size gate's, once assembled: the beat shows it
+
     def __init__(
         self,
         settings: ProcessorSettings,

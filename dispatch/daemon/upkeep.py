@@ -11,9 +11,10 @@ heartbeat  this host's alive key, one SET with a TIME in the same round trip. It
            fingerprint (the fleet agreement, dispatch/triggers/agreement.py), the clock's
            offset to the server's TIME (dispatch/fleet/skew.py), the runs whose stop did not
            take (`stuck`: `dispatch why`, `doctor`) and the secret profile names (other
-           hosts' secret-profile gate); the beat's instant also goes to `hosts_seen`, kept
-           after the host is gone. Other hosts count the key, and `dispatch cancel` asks it
-           before it waits for an acknowledgement;
+           hosts' secret-profile gate), the first running jobs (id, queue, target, since)
+           and the memory and CPU promised against the host budget; the beat's instant also
+           goes to `hosts_seen`, kept after the host is gone. Other hosts count the key, and
+           `dispatch cancel` asks it before it waits for an acknowledgement;
 output     at start and then hourly: captured output files last written longer than
            `DISPATCH_OUTPUT_RETENTION` ago are removed, except those of the claims this
            process holds. A live run's file is kept by name, not trusted to a recent mtime: a
@@ -45,6 +46,7 @@ from dispatch.runners.output import output_dir, output_name, prune
 from dispatch.spend.ledger import SpendLedger
 
 OUTPUT_PRUNE_EVERY_S = 3600.0
+BEAT_JOBS = 64  # running jobs named in one beat: a status line, not an inventory
 
 
 def _version() -> str:
@@ -69,6 +71,8 @@ class Upkeep:
         server_time: ServerTime | None = None,
         stuck: Callable[[], list[dict[str, str]]] = list,
         profiles: Callable[[], Iterable[str]] = tuple,
+        jobs: Callable[[], list[dict[str, object]]] = list,
+        promised: Callable[[], dict[str, float] | None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -80,6 +84,8 @@ class Upkeep:
         self.server_time = server_time or ServerTime(clock)
         self.stuck = stuck  # runs whose stop did not take (daemon/lock_keeper.py)
         self.profiles = profiles  # this host's secret profile names (gates/secret_profiles.py)
+        self.jobs = jobs  # the running jobs, for `dispatch hosts` (worker.py's beat_jobs)
+        self.promised = promised  # memory and CPU reserved against the host budget
         self.started_ms = clock.now_ms()
         self._beats = 0
 
@@ -114,6 +120,10 @@ class Upkeep:
             beat["stuck"] = stuck
         if profiles := sorted(self.profiles()):
             beat[PROFILES_FIELD] = profiles
+        if jobs := self.jobs()[:BEAT_JOBS]:
+            beat["jobs"] = jobs
+        if (promised := self.promised()) is not None:
+            beat["budget"] = promised
         seen_ms = self.clock.now_ms() + (self.server_time.offset_ms or 0)
         async with self.redis.pipeline(transaction=False) as p:
             p.set(alive, encoder.encode(beat), px=int(period_s * 3000))

@@ -34,11 +34,11 @@ from dispatch.daemon.metrics import FLEET_EVERY_S, LAG_EVERY_S, Metrics
 from dispatch.daemon.on_failure import OnFailure
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
-from dispatch.daemon.upkeep import OUTPUT_PRUNE_EVERY_S, Upkeep
+from dispatch.daemon.upkeep import BEAT_JOBS, OUTPUT_PRUNE_EVERY_S, Upkeep
 from dispatch.errors import RedisUnavailable
 from dispatch.gates.wait.state import WaitStates
 from dispatch.log import event
-from dispatch.model import DeferRecord
+from dispatch.model import DeferRecord, target_text
 from dispatch.queue import keys
 from dispatch.queue.faults import redis_call
 from dispatch.queue.scripts import load_all
@@ -113,6 +113,8 @@ class Worker:
             server_time,
             self.locks.stuck,
             profiles,
+            self.beat_jobs,
+            self.promised,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11
@@ -307,12 +309,29 @@ class Worker:
         for entry in self.running.values():
             entry.signal.abort(reason)
 
+    def beat_jobs(self) -> list[dict[str, object]]:
+        """The running jobs as the heartbeat names them, oldest claim first."""
+        entries = sorted(self.running.values(), key=lambda e: e.claimed_ms)[:BEAT_JOBS]
+        return [
+            {"id": e.claim.id, "queue": e.claim.queue, "target": _target(e.claim.data),
+             "since_ms": e.claimed_ms}
+            for e in entries
+        ]  # fmt: skip
+
+    def promised(self) -> dict[str, float] | None:
+        budget = self.processor.host_budget
+        if budget is None:
+            return None
+        used = budget.used()
+        return {"memory": used.memory, "memory_limit": budget.memory, "cpus": used.cpus,
+                "cpus_limit": budget.cpus}  # fmt: skip
+
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, claim: Claim, sent: float) -> None:
         # A lock judged from the claim's send: one that lapsed before the reply was read is
         # stopped here, before its run can start (the processor then hands it back).
-        entry = Running(claim, renewed_at=sent)
+        entry = Running(claim, renewed_at=sent, claimed_ms=self.clock.now_ms())
         if self.metrics is not None:
             self.metrics.claimed.labels(claim.queue).inc()
         self.locks.judge_one(entry)
@@ -377,3 +396,20 @@ def _defer_reason(ending: Ending) -> str:
         return msgspec.json.decode(ending.payload, type=DeferRecord).reason
     except (msgspec.DecodeError, msgspec.ValidationError):
         return "unreadable"
+
+
+class _Target(msgspec.Struct):
+    """The fields of a job document its target is made of (model.target_text)."""
+
+    kind: str = ""
+    repo: str | None = None
+    number: int | None = None
+    folder: str | None = None
+
+
+def _target(data: bytes) -> str:
+    try:
+        fields = msgspec.json.decode(data, type=_Target)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
+    return target_text(fields.kind, fields.repo, fields.number, fields.folder)

@@ -4,15 +4,18 @@ hosts` and whatever shows the fleet next (a board, a page, metrics).
 Three pipelined round trips, whatever the fleet's size:
 
 1. the server's TIME, the registries (queues, hosts, their last beats) and the fleet pause;
-2. per queue: how many wait, are delayed, are active, whether its own pause is set, and the
-   first `SAMPLE` delayed ids; per host: its heartbeat;
-3. the sampled jobs' defer records and enqueue instants.
+2. per queue: how many wait, are delayed, are active, whether its own pause is set, the
+   first `SAMPLE` delayed ids and the ids of the runs recorded in the last hour (newest
+   `RECENT_SCAN`); per host: its heartbeat (running jobs, budget promised);
+3. the sampled jobs' defer records and enqueue instants, and those runs' records.
 
 Waiting jobs are counted by reason from that sample (the delayed set's first `SAMPLE` ids, due
 soonest first), and the snapshot says how many it looked at of how many: reading every defer
 record of a 100,000-job backlog would cost more than a status line is worth. A job in `wait`
-is counted as ready. Each call is bounded by `timeout_s`; a Redis that does not answer in time
-gives a snapshot whose `error` says so, never a hang.
+is counted as ready. Runs of the last hour that ended wrong (failed, infra, policy) are counted
+by reason, and the newest `RECENT` of every outcome are listed. Each call is bounded by
+`timeout_s`; a Redis that does not answer in time gives a snapshot whose `error` says so, never
+a hang.
 """
 
 from __future__ import annotations
@@ -26,10 +29,14 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from dispatch.model import DeferRecord
+from dispatch.model import DeferRecord, RunRecord, instant_ms
 from dispatch.queue import fleet_pause, heartbeats, keys
 
 SAMPLE = 2_000  # delayed jobs per queue whose reason is read
+RECENT_SCAN = 500  # run records per queue read for the last hour's failures
+RECENT = 20  # endings listed, newest first
+HOUR_MS = 3_600_000
+WRONG = ("failed", "infra", "policy")  # outcomes counted as failures
 GONE_AFTER_MS = 7 * 86_400_000  # a host silent longer than this is no longer listed
 
 
@@ -40,6 +47,35 @@ class QueueRow:
     delayed: int = 0
     active: int = 0
     paused: bool = False  # its own pause key is set
+
+
+@dataclass
+class RunningJob:
+    id: str
+    queue: str
+    target: str = ""
+    started_ms: int | None = None  # when its host claimed it (the host's clock)
+
+
+@dataclass
+class Promised:
+    """Memory (bytes) and CPUs reserved by a host's running jobs, against its job budget."""
+
+    memory: int = 0
+    memory_limit: int = 0
+    cpus: float = 0.0
+    cpus_limit: float = 0.0
+
+
+@dataclass
+class Ending:
+    id: str
+    queue: str
+    outcome: str
+    reason: str = ""
+    ended_ms: int | None = None
+    host: str = ""
+    attempt: int = 0
 
 
 @dataclass
@@ -54,6 +90,8 @@ class HostRow:
     offset_ms: int | None = None
     stuck: int = 0  # runs whose stop did not take
     mints: bool = False  # publishes a trigger fingerprint
+    jobs: list[RunningJob] = field(default_factory=list)  # the first the beat names
+    promised: Promised | None = None
 
 
 @dataclass
@@ -72,6 +110,10 @@ class Snapshot:
     reasons: dict[str, Waiting] = field(default_factory=dict)
     sampled: int = 0  # delayed jobs whose reason was read
     hosts: list[HostRow] = field(default_factory=list)
+    recent: list[Ending] = field(default_factory=list)  # newest first
+    failures: dict[str, int] = field(default_factory=dict)  # reason token -> runs, last hour
+    runs_read: int = 0  # run records of the last hour read (RECENT_SCAN per queue at most)
+    runs_hour: int = 0  # runs recorded in the last hour, all queues
 
     @property
     def live(self) -> list[HostRow]:
@@ -107,13 +149,16 @@ async def _read(redis: Redis, prefix: str) -> Snapshot:
     names = sorted({_text(n) for n in queue_names} | {fleet_pause.SHARED_QUEUE})
     last_seen = {_text(h): int(ms) for h, ms in seen.items()}
     hosts = sorted({_text(h) for h in host_names} | set(last_seen))
-    ids = await _counts(redis, prefix, snap, names, hosts, last_seen)
+    sampled = await _counts(redis, prefix, snap, names, hosts, last_seen)
     if standing is not None:
         snap.paused = "fleet"
     elif snap.paused_queues:
         snap.paused = "partial"
-    await _reasons(redis, prefix, snap, ids)
+    await _details(redis, prefix, snap, sampled)
     return snap
+
+
+Sampled = dict[str, tuple[list[str], list[str]]]  # queue -> delayed ids, last hour's run ids
 
 
 async def _counts(
@@ -123,9 +168,11 @@ async def _counts(
     names: list[str],
     hosts: list[str],
     last_seen: dict[str, int],
-) -> dict[str, list[str]]:
-    """Round trip 2: queue counts and the sampled delayed ids; the hosts' beats."""
+) -> Sampled:
+    """Round trip 2: queue counts, the sampled delayed ids and the last hour's run ids; the
+    hosts' beats."""
     qk = [keys.queue_keys(name, prefix) for name in names]
+    hour_ago = snap.at_ms - HOUR_MS
     async with redis.pipeline(transaction=False) as p:
         for k in qk:
             p.llen(k.wait)
@@ -133,45 +180,88 @@ async def _counts(
             p.zcard(k.active)
             p.exists(k.paused)
             p.zrange(k.delayed, 0, SAMPLE - 1)
+            p.zcount(k.runs_idx, hour_ago, "+inf")
+            p.zrevrangebyscore(k.runs_idx, "+inf", hour_ago, start=0, num=RECENT_SCAN)
         for host in hosts:
             p.get(keys.host_alive(host, prefix))
         replies = await p.execute()
-    ids: dict[str, list[str]] = {}
+    sampled: Sampled = {}
     for i, name in enumerate(names):
-        ready, delayed, active, paused, sample = replies[5 * i : 5 * i + 5]
+        ready, delayed, active, paused, sample, hour, runs = replies[7 * i : 7 * i + 7]
         snap.queues.append(QueueRow(name, int(ready), int(delayed), int(active), bool(paused)))
         if paused:
             snap.paused_queues.append(name)
-        ids[name] = [_text(j) for j in sample]
-    beats = replies[5 * len(names) :]
+        snap.runs_hour += int(hour)
+        sampled[name] = ([_text(j) for j in sample], [_text(r) for r in runs])
+    beats = replies[7 * len(names) :]
     for host, raw in zip(hosts, beats, strict=True):
         row = _host(host, raw, last_seen.get(host))
         if row.alive or (row.last_beat_ms and snap.at_ms - row.last_beat_ms < GONE_AFTER_MS):
             snap.hosts.append(row)
-    return ids
+    return sampled
 
 
-async def _reasons(redis: Redis, prefix: str, snap: Snapshot, ids: dict[str, list[str]]) -> None:
-    """Round trip 3: the sampled jobs' reasons and enqueue instants."""
-    wanted = [(name, job_ids) for name, job_ids in ids.items() if job_ids]
+async def _details(redis: Redis, prefix: str, snap: Snapshot, sampled: Sampled) -> None:
+    """Round trip 3: the sampled jobs' reasons and enqueue instants; the runs' records."""
+    wanted = [(name, ids, runs) for name, (ids, runs) in sampled.items() if ids or runs]
     if not wanted:
         return
     async with redis.pipeline(transaction=False) as p:
-        for name, job_ids in wanted:
+        for name, ids, runs in wanted:
             k = keys.queue_keys(name, prefix)
-            p.hmget(k.defer, job_ids)
-            p.hmget(k.queued, job_ids)
-        replies = await p.execute()
-    for i in range(len(wanted)):
-        for raw, queued in zip(replies[2 * i], replies[2 * i + 1], strict=True):
-            snap.sampled += 1
-            reason = _reason(raw)
-            row = snap.reasons.setdefault(reason, Waiting())
-            row.count += 1
-            at = int(queued) if queued else None
-            if at is not None and (row.oldest_ms is None or at < row.oldest_ms):
-                row.oldest_ms = at
+            if ids:
+                p.hmget(k.defer, ids)
+                p.hmget(k.queued, ids)
+            if runs:
+                p.hmget(k.runs, runs)
+        replies = iter(await p.execute())
+    endings: list[Ending] = []
+    for name, ids, runs in wanted:
+        if ids:
+            _count_reasons(snap, next(replies), next(replies))
+        if runs:
+            endings.extend(_endings(snap, name, next(replies)))
     snap.reasons = dict(sorted(snap.reasons.items(), key=lambda kv: -kv[1].count))
+    endings.sort(key=lambda e: e.ended_ms or 0, reverse=True)
+    snap.recent = endings[:RECENT]
+    snap.failures = dict(sorted(snap.failures.items(), key=lambda kv: -kv[1]))
+
+
+def _count_reasons(snap: Snapshot, defers: list[Any], queued: list[Any]) -> None:
+    for raw, at_raw in zip(defers, queued, strict=True):
+        snap.sampled += 1
+        row = snap.reasons.setdefault(_reason(raw), Waiting())
+        row.count += 1
+        at = int(at_raw) if at_raw else None
+        if at is not None and (row.oldest_ms is None or at < row.oldest_ms):
+            row.oldest_ms = at
+
+
+def _endings(snap: Snapshot, queue: str, raws: list[Any]) -> list[Ending]:
+    found = []
+    for raw in raws:
+        record = _record(raw)
+        if record is None:
+            continue
+        snap.runs_read += 1
+        reason = record.reason.partition(":")[0].strip()  # the catalogue's token, not the text
+        if record.outcome in WRONG:
+            key = reason or record.outcome
+            snap.failures[key] = snap.failures.get(key, 0) + 1
+        ended = instant_ms(record.ended_at) if record.ended_at else None
+        found.append(
+            Ending(record.id, queue, record.outcome, reason, ended, record.host, record.attempt)
+        )
+    return found
+
+
+def _record(raw: bytes | None) -> RunRecord | None:
+    if not raw:
+        return None  # expired between the index and the read
+    try:
+        return msgspec.json.decode(raw, type=RunRecord)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def _reason(raw: bytes | None) -> str:
@@ -197,6 +287,28 @@ def _host(name: str, raw: bytes | None, last_beat_ms: int | None) -> HostRow:
         offset_ms=_int(beat.get("offset_ms")),
         stuck=len(beat.get("stuck") or ()),
         mints=isinstance(beat.get("triggers"), str),
+        jobs=[job for raw in beat.get("jobs") or () if (job := _running(raw)) is not None],
+        promised=_promised(beat.get("budget")),
+    )
+
+
+def _running(raw: object) -> RunningJob | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+        return None
+    return RunningJob(
+        raw["id"], str(raw.get("queue") or ""), str(raw.get("target") or ""),
+        _int(raw.get("since_ms")),
+    )  # fmt: skip
+
+
+def _promised(raw: object) -> Promised | None:
+    if not isinstance(raw, dict):
+        return None
+    numbers = {k: raw.get(k) for k in ("memory", "memory_limit", "cpus", "cpus_limit")}
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers.values()):
+        return None
+    return Promised(
+        int(raw["memory"]), int(raw["memory_limit"]), float(raw["cpus"]), float(raw["cpus_limit"])
     )
 
 

@@ -21,6 +21,8 @@ from dispatch.triggers.minter import MANUAL
 from dispatch.triggers.spec import Compiled, dedup_of, fingerprint, manual_id
 from dispatch.triggers.store import Minted, TriggerState, TriggerStore
 
+OVERDUE_AFTER_MS = 120_000  # an occurrence this late unminted makes its trigger overdue
+
 
 async def fleet_words(
     redis: Redis, settings: Settings, snapshot: ConfigSnapshot
@@ -76,8 +78,19 @@ async def rows(store: TriggerStore, triggers: list[Compiled], now_ms: int) -> li
     for c in triggers:
         st = states[c.id]
         last = await store.recent(c.id, now_ms, 1)
-        out.append(_row(c, st, now_ms) | await _last(store, last[0] if last else None))
+        row = _row(c, st, now_ms) | await _last(store, last[0] if last else None)
+        row["overdue"] = _overdue(c, row["next"], last[0].at_ms if last else None, now_ms)
+        out.append(row)
     return out
+
+
+def _overdue(c: Compiled, next_at: str | None, last_ms: int | None, now_ms: int) -> bool:
+    """A running trigger that minted before, whose latest occurrence due more than
+    `OVERDUE_AFTER_MS` ago was not minted: the fleet stopped minting it."""
+    if next_at is None or last_ms is None:
+        return False  # paused, disabled, or new: nothing is owed yet
+    owed = c.schedule.latest(now_ms - OVERDUE_AFTER_MS)
+    return owed is not None and owed > last_ms
 
 
 def _row(c: Compiled, st: TriggerState, now_ms: int) -> dict[str, Any]:
@@ -120,7 +133,8 @@ async def _last(store: TriggerStore, m: Minted | None) -> dict[str, Any]:
 def table(found: list[dict[str, Any]], agreed: Agreement) -> str:
     header = ("ID", "CRON", "TZ", "STATE", "NEXT", "LAST", "LAST JOB", "OUTCOME", "SKIPPED")
     keys = ("id", "cron", "tz", "state", "next", "last", "last_job", "last_outcome", "skipped")
-    cells = [tuple(str(r[k] if r[k] is not None else "-") for k in keys) for r in found]
+    shown = [r | {"state": r["state"] + " (overdue)"} if r.get("overdue") else r for r in found]
+    cells = [tuple(str(r[k] if r[k] is not None else "-") for k in keys) for r in shown]
     widths = [max(len(x) for x in col) for col in zip(header, *cells, strict=False)]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()

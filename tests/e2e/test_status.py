@@ -33,14 +33,17 @@ def test_status_tells_the_fleet_in_plain_words_then_tables(
                 stack.enter_context(daemon(e))
             sleepers = [dispatch(env, "submit", "--", "sleep", "30").stdout.strip() for _ in "ab"]
             later = dispatch(env, "submit", "--after", "+1h", "--", "true").stdout.strip()
+            bad = dispatch(env, "submit", "--attempts", "1", "--", "sh", "-c", "exit 3")
             for job_id in sleepers:
                 wait_state(env, job_id, "active")
             wait_state(env, later, "delayed")
+            wait_state(env, bad.stdout.strip(), "failed")
 
-            def both_beating() -> dict | None:  # a beat every 5 s carries the running count
+            def both_beating() -> dict | None:  # a beat every 5 s carries the running jobs
                 found = json.loads(dispatch(env, "status", "--json").stdout)
                 live = [h for h in found["hosts"] if h["alive"] and h["slots"] == 2]
-                return found if len(live) == 2 and found["running"] == 2 else None
+                named = {j["id"] for h in live for j in h["jobs"]}
+                return found if len(live) == 2 and named == set(sleepers) else None
 
             found = eventually_sync(both_beating, 20)
             assert found["running"] == 2 and found["slots"] == 4 and found["paused"] == ""
@@ -51,11 +54,18 @@ def test_status_tells_the_fleet_in_plain_words_then_tables(
             head, *_ = shown.stdout.split("\n\n")
             assert head == (
                 "running: 2 of 4 slots on 2 hosts; 0 ready; 1 waiting (1 scheduled); "
-                "paused: no; gone: old-box"
+                "paused: no; gone: old-box; 1 failed in the last hour (1 exit-3)"
             )
-            assert "QUEUES" in shown.stdout and "WAITING" in shown.stdout
+            sections = {b.split("\n")[0]: b for b in shown.stdout.split("\n\n")}
+            assert {"QUEUES", "HOSTS", "RUNNING", "WAITING", "ENDED"} <= set(sections)
+            for job_id in sleepers:
+                assert job_id in sections["RUNNING"]
+            [ended] = [r for r in sections["ENDED"].splitlines() if bad.stdout.strip() in r]
+            assert ended.split()[1:4] == ["1", "infra", "exit-3"]
+            promised = [h["promised"] for h in found["hosts"] if h["alive"]]
+            assert all(p and p["memory_limit"] > 0 and p["cpus_limit"] > 0 for p in promised)
 
-            hosts = dispatch(env, "hosts").stdout.splitlines()
+            hosts = dispatch(env, "hosts").stdout.split("\n\n")[0].splitlines()
             assert hosts[0].split()[:3] == ["HOST", "STATE", "RUNNING"]
             rows = {line.split()[0]: line.split() for line in hosts[1:]}
             assert rows["old-box"][1] == "gone" and "(1m ago)" in " ".join(rows["old-box"])

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from dispatch.fleet import view
-from dispatch.model import DeferRecord, Job, encode_job
+from dispatch.model import DeferRecord, Job, RunRecord, encode_job, iso
 from dispatch.queue import keys
 from dispatch.queue.transitions import Finish, NewJob, Queue
 
@@ -70,6 +70,55 @@ async def test_hosts_live_and_gone_and_long_gone(redis, prefix) -> None:
     assert rows["live"].alive and (rows["live"].running, rows["live"].slots) == (3, 8)
     assert rows["live"].mints and not rows["quiet"].alive
     assert view.age(found.at_ms, rows["quiet"].last_beat_ms) == "1m"
+    assert rows["live"].jobs == [] and rows["live"].promised is None
+
+
+async def test_a_beat_names_its_running_jobs_and_budget_and_junk_in_it_is_left_out(
+    redis, prefix
+) -> None:
+    jobs = [{"id": "a", "queue": "jobs", "target": "acme/web#4", "since_ms": 5}, {"id": 7}, "x"]
+    budget = {"memory": 2**30, "memory_limit": 2**33, "cpus": 1.5, "cpus_limit": 4}
+    beat = {"host": "h", "running": 1, "slots": 2, "jobs": jobs, "budget": budget}
+    await redis.sadd(keys.hosts_registry(prefix), "h", "odd")
+    await redis.set(keys.host_alive("h", prefix), json.dumps(beat), px=60_000)
+    odd = {"host": "odd", "jobs": "many", "budget": {"memory": "lots"}}
+    await redis.set(keys.host_alive("odd", prefix), json.dumps(odd), px=60_000)
+    rows = {h.name: h for h in (await view.snapshot(redis, prefix)).hosts}
+    assert rows["h"].jobs == [view.RunningJob("a", "jobs", "acme/web#4", 5)]
+    assert rows["h"].promised == view.Promised(2**30, 2**33, 1.5, 4.0)
+    assert rows["odd"].jobs == [] and rows["odd"].promised is None
+
+
+async def test_the_last_hours_failures_by_reason_and_the_newest_endings(
+    redis, prefix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seconds, _ = await redis.time()
+    now = int(seconds) * 1000
+    k = keys.queue_keys("jobs", prefix)
+    ends = [  # id, outcome, reason, minutes ago
+        ("old", "failed", "exit-1", 90), ("ok", "completed", "", 1), ("f1", "infra", "exit-3", 2),
+        ("f2", "infra", "exit-3: said more", 3), ("p", "policy", "scope-cap", 4),
+        ("gone", "failed", "exit-1", 5),
+    ]  # fmt: skip
+    for job_id, outcome, reason, ago in ends:
+        at = now - ago * 60_000
+        if job_id != "gone":  # indexed, its record expired
+            record = RunRecord(
+                id=job_id, attempt=1, host="h", queue="jobs", outcome=outcome, reason=reason,
+                ended_at=iso(at),
+            )  # fmt: skip
+            await redis.hset(k.runs, f"{job_id}#1", msgspec.json.encode(record))
+        await redis.zadd(k.runs_idx, {f"{job_id}#1": at})
+    await redis.hset(k.runs, "junk#1", b"{not json")
+    await redis.zadd(k.runs_idx, {"junk#1": now})
+    found = await view.snapshot(redis, prefix)
+    assert found.failures == {"exit-3": 2, "scope-cap": 1}
+    assert [e.id for e in found.recent] == ["ok", "f1", "f2", "p"]  # newest first
+    assert found.recent[2].reason == "exit-3"  # the token, never the free text
+    assert (found.runs_hour, found.runs_read) == (6, 4)
+
+    monkeypatch.setattr(view, "RECENT_SCAN", 2)
+    assert (await view.snapshot(redis, prefix)).runs_read == 1  # junk and ok are newest
 
 
 async def test_a_redis_that_never_answers_gives_a_snapshot_that_says_so() -> None:
