@@ -3,11 +3,14 @@
 prometheus-client serves them (its own HTTP server, on a thread: a scrape never waits on the
 event loop) from a registry of this daemon's own. Names follow Prometheus's rules: the
 `dispatch_` prefix, base units, `_total` on counters, and labels only from bounded sets (a
-reason's catalogue token, an outcome, a queue name, an error kind), never a job id or a text.
+reason's catalogue token, an outcome, a queue name, an error kind, a fleet lease's name), never
+a job id or a text.
 
 Per daemon: jobs claimed, finished by outcome and reason, deferred, retried and refused by
 reason, cancelled; run durations and queue waits; running jobs and slots; the event loop's lag
-(how late a 1 s timer fires); errors by kind, counted from the log's events; build info.
+(how late a 1 s timer fires); build info. From the log's events: errors by kind, and per fleet
+lease (a name from the config: a project, a repo, an endpoint, the wait checks) the acquires
+found full, so that a job waited, and the grants made without Redis's answer (no fence).
 
 Fleet-wide gauges (jobs per queue and state, waiting jobs and their oldest age by reason,
 paused queues, live hosts, running jobs and slots of the fleet) come from the fleet snapshot
@@ -50,6 +53,9 @@ ERROR_EVENTS = {
     "job_crashed": "internal",
     "step_failed": "internal",
 }
+# log events of the gates' fleet leases, each counted under its `lease` field
+LEASE_WAIT = "lease_full_deferred"
+LEASE_DEGRADED = "lease_granted_degraded"
 _WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86_400)
 _RUN_BUCKETS = (1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
 
@@ -80,6 +86,12 @@ class Metrics:
         self.slots = Gauge("dispatch_slots", "DISPATCH_CONCURRENCY", registry=r)
         self.lag = Gauge("dispatch_event_loop_lag_seconds", "a 1 s timer's lateness", registry=r)
         self.errors = Counter("dispatch_errors", "error events", ["kind"], registry=r)
+        self.lease_waits = Counter(
+            "dispatch_lease_waits", "acquires found full: the job waits", ["lease"], registry=r
+        )
+        self.lease_degraded = Counter(
+            "dispatch_lease_degraded_grants", "grants failed open (no fence)", ["lease"], registry=r
+        )
         self.leader = Gauge("dispatch_metrics_leader", "exports the fleet gauges", registry=r)
         Info("dispatch_build", "this daemon's build", registry=r).info(
             {"version": version, "host": host}
@@ -127,11 +139,15 @@ class Metrics:
         found = await control.rows(TriggerStore(redis, prefix), self._compiled[1], now_ms)
         self.fleet.triggers(found)
 
-    def count_errors(self, name: str, fields: dict[str, Any]) -> None:
-        """A log listener: each error event counts under its kind."""
+    def count_events(self, name: str, fields: dict[str, Any]) -> None:
+        """A log listener: an error event counts under its kind, a lease's under its name."""
         kind = ERROR_EVENTS.get(name)
         if kind is not None:
             self.errors.labels(kind).inc()
+        elif name == LEASE_WAIT:
+            self.lease_waits.labels(str(fields.get("lease"))).inc()
+        elif name == LEASE_DEGRADED:
+            self.lease_degraded.labels(str(fields.get("lease"))).inc()
 
     def serve(self, host: str, port: int) -> Callable[[], None]:
         """Start the HTTP server; the function that stops it."""

@@ -4,7 +4,8 @@ endpoint gates both bound jobs this way.
 
 Any bound of 0 or less admits nothing. Busy answers name a holder: a job id for an in-process
 slot, a host for a fleet lease (holder ids are `<host>:<random>`, and the host is what an
-operator can look at).
+operator can look at). A lease found full is logged `lease_full_deferred`, a grant made without
+Redis's answer `lease_granted_degraded`: the metrics count both per lease.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ async def take(pickup: Pickup, slots: Slots, leases: FleetLeases, bound: Bound) 
     if bound.lease is None:
         return None
     lease = await leases.acquire(bound.lease, bound.limit, on_lost=_abort_on_loss(pickup))
-    if lease is None:
+    if lease is None:  # every slot is held elsewhere: the job waits
+        event("lease_full_deferred", job=pickup.job.id, lease=bound.lease, slots=bound.limit)
         return _busy(bound, await _fleet_hosts(leases, bound.lease), "fleet-wide")
     pickup.hold(f"lease:{bound.lease}", lambda: leases.release(lease))
     pickup.leases.append(lease)

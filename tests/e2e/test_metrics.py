@@ -1,6 +1,7 @@
 """A real daemon's /metrics (issue 27): scraped over HTTP after it ran jobs, and read with
 prometheus-client's own parser. The counters count what happened, labels are catalogue tokens,
-and the one daemon of the fleet holds the metrics lease and exports the fleet gauges."""
+and the one daemon of the fleet holds the metrics lease and exports the fleet gauges. A job that
+waits for a fleet lease another daemon holds is counted by the daemon that picked it up."""
 
 from __future__ import annotations
 
@@ -86,6 +87,42 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     assert found[("dispatch_spend_in_flight", DAY_RUNS)] == 0
     labels = {v for k in found for _, v in k[1]}
     assert ok not in labels and bad not in labels  # never a job id in a label
+
+
+def test_a_job_waiting_on_a_full_fleet_lease_is_counted(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """A model endpoint of one slot, held by h1's job: h2's job waits, and h2 counts it."""
+    port = free_port()
+    config = tmp_path / "config"
+    config.mkdir()
+    gpu = {"id": "gpu", "host": "gpu.internal", "slots": 1, "models": ["m1"]}
+    (config / "model-endpoints.json").write_text(json.dumps({"version": 1, "endpoints": [gpu]}))
+    h1, h2 = (
+        cli_env(redis_url, prefix, tmp_path / host, DISPATCH_HOST=host,
+                DISPATCH_CONFIG_DIR=str(config), **extra)
+        for host, extra in (("h1", {}), ("h2", {"DISPATCH_METRICS_ADDR": f"127.0.0.1:{port}"}))
+    )  # fmt: skip
+    running, go = tmp_path / "running", tmp_path / "go"
+    holds = f"touch {running}; while [ ! -e {go} ]; do sleep 0.05; done"
+    waits = ("dispatch_lease_waits_total", (("lease", "endpoint:gpu"),))
+    with daemon(h1), daemon(h2):
+        first = submit(h1, "--queue", "jobs@h1", "--model", "m1", "--", "sh", "-c", holds)
+        eventually_sync(running.exists, 20)  # h1 holds the endpoint's one fleet slot
+        second = submit(h2, "--queue", "jobs@h2", "--model", "m1", "--", "true")
+        eventually_sync(lambda: scrape(port).get(waits), 30)  # once per pickup that found it full
+        found = scrape(port)
+        go.touch()
+        assert wait_state(h1, first, "completed") == "completed"
+        assert wait_state(h2, second, "completed") == "completed"
+    assert not [k for k in found if k[0] == "dispatch_lease_degraded_grants_total"]
+    assert second not in {v for k in found for _, v in k[1]}  # never a job id in a label
+
+
+def submit(env: dict[str, str], *args: str) -> str:
+    done = dispatch(env, "submit", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def found_version(found: dict) -> str:

@@ -198,7 +198,10 @@ class WaitGate:
             n = self.limits.fleet_checks
             lease = await self.leases.acquire(CHECK_KEY, n, on_lost=lambda _: abort.set())
             if lease is None:
+                event("lease_full_deferred", job=look.pickup.job.id, lease=CHECK_KEY, slots=n)
                 return await self._throttled(look, "fleet-wide")
+            if lease.degraded:  # this check is not bounded fleet-wide: say so, as hold.take does
+                event("lease_granted_degraded", job=look.pickup.job.id, lease=CHECK_KEY)
         try:
             claimed = await self._claim(look)
             return claimed if claimed is not None else await self._ask(look, abort)
