@@ -127,6 +127,7 @@ class Ending(msgspec.Struct):
     payload: bytes
     delay_ms: int = 0
     record: RunRecord | None = None
+    settled: RunRecord | None = None  # the recorded run a stalled claim ends as: told, not stored
     encoded: bytes = b""  # the record as JSON, encoded once for the run log and the finish
     logged: bool = False  # the record is already in this host's run log
     cancelled: bytes = b""  # retry/defer: the result to finish with if a cancel request stands
@@ -333,6 +334,7 @@ class Processor:
         outcome: Outcome = record.outcome
         ending = self._ending_for(claim, job, result, outcome, record.reason, record)
         ending.record = None  # already recorded, locally by the host that ran it
+        ending.settled = record  # still to tell of, if that host died before it could
         return ending
 
     def _ending(self, claim: Claim, job: Job, result: RunResult, abort_reason: str) -> Ending:

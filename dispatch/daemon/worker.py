@@ -359,7 +359,7 @@ class Worker:
             if self.metrics is not None:
                 self.metrics.ended(ending.action, ending.record, _defer_reason(ending))
             if self.on_failure is not None:
-                self.on_failure.ended(ending.action, ending.record)
+                self.on_failure.ended(ending.action, ending.record or ending.settled)
             self._end(claim, ending)
         except Exception as exc:  # a bug here must not take the idle flag or a slot with it
             event("job_end_failed", job=claim.id, error=f"{type(exc).__name__}: {exc}")

@@ -155,6 +155,7 @@ async def test_a_stalled_attempt_with_a_mirrored_record_ends_as_recorded(
     assert runner.runs == 1  # not run a second time
     result = msgspec.json.decode(again.payload, type=Result)
     assert (again.action, result.outcome, result.exit_code) == ("finish", "completed", 0)
+    assert again.record is None and again.settled == recorded  # told of, not stored again
 
 
 async def test_a_run_record_goes_with_its_finish_encoded_once(tmp_path: Path) -> None:
