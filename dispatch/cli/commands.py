@@ -205,6 +205,14 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(go, settings)
 
 
+def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import logs
+
+    if args.follow:
+        return _with_client(lambda client: logs.follow(client, args.id, args.attempt), settings)
+    return _with_client(lambda c: logs.show(c, settings, args.id, args.attempt), settings)
+
+
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
         records = await client.run_rows(args.limit)
@@ -337,6 +345,12 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     hosts = add("hosts", cmd_status, "every host seen this week: live or gone, slots, version")
     hosts.add_argument("--json", action="store_true")
+    logs = add("logs", cmd_logs, "a job's captured output, from any host; -f follows it")
+    logs.add_argument("id")
+    logs.add_argument("--attempt", type=inputs.count(1, 100), help="N: that attempt's run")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="follow until the job ends; exit with its code"
+    )
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")

@@ -75,6 +75,8 @@ class Settings:
     engine_wait_ms: int = 10 * 60_000  # how long a job waits for an unreachable Docker engine
     reconcile_s: float = 60.0  # how often the runner's runs are checked against live claims
     output_retention_s: float = 14 * 86_400.0  # captured output older than this is removed
+    log_tail_bytes: int = 64 * 1024  # the newest output of a run kept in Redis (0: none)
+    log_tail_ttl_s: float = 86_400.0  # a run's tail expires this long after its last write
     trigger_every_s: float = 5.0  # how often triggers are minted ahead (dispatch/triggers/)
     trigger_stall_max: int = 3  # infrastructure failures in a row that disable a trigger
     image: str = "dispatch-test:latest"
@@ -224,6 +226,14 @@ def _roots(raw: str) -> tuple[str, ...]:
     return roots
 
 
+def _tail_bytes(raw: str) -> int:
+    """0 (no tail in Redis) up to 8 MiB, the output file's own cap."""
+    value = 0 if raw.strip() == "0" else parse_bytes(raw)
+    if value > 8 * 1024**2:
+        raise ValueError("the log tail is at most 8m (the output file's own cap)")
+    return value
+
+
 def _log_size(raw: str) -> int:
     """The engine's log file size: 3 files must hold the 8 MiB output cap (a re-adopted run
     re-reads its log from the start)."""
@@ -253,6 +263,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("engine_wait_ms", "DISPATCH_ENGINE_WAIT_MAX", parse_duration_ms),
     ("reconcile_s", "DISPATCH_RECONCILE_EVERY", parse_seconds),
     ("output_retention_s", "DISPATCH_OUTPUT_RETENTION", parse_seconds),
+    ("log_tail_bytes", "DISPATCH_LOG_TAIL", _tail_bytes),
+    ("log_tail_ttl_s", "DISPATCH_LOG_TAIL_TTL", parse_seconds),
     ("trigger_every_s", "DISPATCH_TRIGGER_EVERY", parse_seconds),
     ("trigger_stall_max", "DISPATCH_TRIGGER_STALL_MAX", lambda raw: _whole(raw, 1, 1000)),
     ("image", "DISPATCH_IMAGE", _name),
@@ -308,6 +320,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("DISPATCH_RECONCILE_EVERY must be at least 1s")
     # a run's file is new when the run starts: a retention longer than one pruning pass means
     # no file of a run that started during the pass is ever old enough to go
+    if s.log_tail_ttl_s < 60:
+        raise ConfigError("DISPATCH_LOG_TAIL_TTL must be at least 1m")
     if s.output_retention_s < 60:
         raise ConfigError("DISPATCH_OUTPUT_RETENTION must be at least 1m")
     _check_waits(s)

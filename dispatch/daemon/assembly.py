@@ -48,6 +48,7 @@ from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.mirror import RunMirror
+from dispatch.records.tail import Tails
 from dispatch.runners.base import Runner
 from dispatch.runners.docker.runner import DockerRunner
 from dispatch.runners.docker.settings import DockerSettings
@@ -278,6 +279,7 @@ async def gated_processor(
             deps.mirror,
             EngineWait(redis, settings.prefix, settings.engine_wait_ms, clock),
             records,
+            Tails(redis, settings.prefix, settings.log_tail_bytes, settings.log_tail_ttl_s),
         )
         processor.host_budget = deps.budget
         try:

@@ -89,6 +89,7 @@ from dispatch.reasons import (
 from dispatch.records.disk_log import RecordLog
 from dispatch.records.disk_log import encode as encode_record
 from dispatch.records.mirror import RunMirror
+from dispatch.records.tail import Tails
 from dispatch.runners.base import (
     AbortSignal,
     RunContext,
@@ -147,6 +148,7 @@ class Processor:
         mirror: RunMirror | None = None,
         engine_wait: EngineWait | None = None,
         local_log: RecordLog | None = None,
+        tails: Tails | None = None,
     ) -> None:
         """Without `engine_wait`, a run the engine never answered is retried as infra. With
         `local_log`, a run's record is on this host's disk before anything else is tried."""
@@ -159,6 +161,7 @@ class Processor:
         self.mirror = mirror
         self.engine_wait = engine_wait
         self.local_log = local_log
+        self.tails = tails  # each run's output tail in Redis (`dispatch logs` from anywhere)
         self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
         self._usage = UsageDirs(settings.usage_dir) if settings.usage_dir else None
         self._timeouts = Timeouts()
@@ -261,17 +264,7 @@ class Processor:
             event("job_cancelled_before_start", job=claim.id)
             return Ending("finish", self._cancel_result())
         self._usage_dir(ctx)
-        ticket = self._timeouts.arm(job.timeout_ms / 1000, signal)
-        try:  # its secrets are resolved inside the timeout, and a cancel stops that too
-            # Awaited here, however long a stop takes: the claim and every hold stay until the
-            # run is gone (the lock keeper logs a stop that takes too long). Nothing cancels a
-            # pickup; a task of its own per run cost more than the rest of a no-op pickup.
-            if job.env:
-                result = await run_with_secrets(ctx, pickup.config.secrets, self.runner.run)
-            else:  # no references to resolve: one coroutine fewer
-                result = await self.runner.run(ctx)
-        finally:
-            self._timeouts.disarm(ticket, signal)
+        result = await self._execute(pickup, ctx)
         charged = self._charge(pickup, ctx, result)
         if signal.reason == OPERATOR_CANCEL and not result.started:  # while its secrets resolved
             event("job_cancelled_before_start", job=claim.id)
@@ -290,6 +283,29 @@ class Processor:
             if result.started:
                 ending.logged = self._log_local(ending.record.id, ending.encoded)
         return ending
+
+    async def _execute(self, pickup: Pickup, ctx: RunContext) -> RunResult:
+        """The run itself, under the job's timeout, its output also tailed to Redis."""
+        claim, job = pickup.claim, pickup.job
+        tail = (
+            self.tails.open(claim.queue, job.id, claim.attempt, claim.token) if self.tails else None
+        )
+        ctx.tail = tail
+        ticket = self._timeouts.arm(job.timeout_ms / 1000, pickup.signal)
+        result: RunResult | None = None
+        try:  # its secrets are resolved inside the timeout, and a cancel stops that too
+            # Awaited here, however long a stop takes: the claim and every hold stay until the
+            # run is gone (the lock keeper logs a stop that takes too long). Nothing cancels a
+            # pickup; a task of its own per run cost more than the rest of a no-op pickup.
+            if job.env:
+                result = await run_with_secrets(ctx, pickup.config.secrets, self.runner.run)
+            else:  # no references to resolve: one coroutine fewer
+                result = await self.runner.run(ctx)
+            return result
+        finally:
+            self._timeouts.disarm(ticket, pickup.signal)
+            if tail is not None:  # a run that printed nothing costs no Redis call here
+                await tail.close(None if result is None else result.exit_code)
 
     def _usage_dir(self, ctx: RunContext) -> None:
         """On the loop: a few syscalls in the state dir (local, like the run log) cost less

@@ -53,6 +53,11 @@ class QueueKeys:
         """LIST the owning host pushes its name to when it takes a cancel request."""
         return f"{self.tag}:ack:{job_id}"
 
+    def tail(self, job_id: str, attempt: int, fence: str) -> str:
+        """STREAM the newest output of one run (the claim's fence tells two runs of an attempt
+        apart), written only by that run's host (dispatch/records/tail.py), with a TTL."""
+        return f"{self.tag}:tail:{job_id}:{attempt}:{fence}"
+
     def kill(self, job_id: str) -> str:
         """STRING, the claim token `dispatch cancel --kill` saw running (with a TTL): the owning
         host sends the engine's kill again to that run."""

@@ -128,6 +128,12 @@ def _event(already: bool) -> asyncio.Event:
     return made
 
 
+class OutputSink(Protocol):
+    """Takes a copy of what a run's output file took, masked (dispatch/records/tail.py)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+
 @dataclass
 class RunContext:
     job: Job
@@ -144,6 +150,7 @@ class RunContext:
     # a local job's folder as the folder gate resolved it and the mutex holds: the one a
     # runner works in (None without gates: the runner resolves `job.folder` itself)
     folder: str | None = None
+    tail: OutputSink | None = None  # where the output file's bytes also go (the log tail)
 
     @property
     def output_path(self) -> Path:

@@ -10,7 +10,9 @@ A run's resolved secrets (`hide`) are masked in the file as they stream in
 (dispatch.secrets.mask), and so are well-known credential shapes, whoever's they are
 (dispatch.secrets.patterns): the job may print its environment, and this file outlives the run.
 Each mask holds back what a later chunk could still complete, and `close` writes it. Past the
-cap nothing is masked any more: nothing more is written.
+cap nothing is masked any more: nothing more is written. What the file takes, masked, also
+goes to the run's `tail` (dispatch/records/tail.py: the newest output in Redis, for `dispatch
+logs` on any machine).
 
 The file is unbuffered (writes go straight to the kernel), so a failure surfaces at the write
 that met it rather than at a later flush or at close. Writes are synchronous: small appends
@@ -38,14 +40,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatch.log import event
-from dispatch.runners.base import TRUNCATION_MARK
+from dispatch.runners.base import TRUNCATION_MARK, OutputSink
 from dispatch.secrets.mask import StreamMask
 from dispatch.secrets.patterns import PatternStream
 
 
 class OutputFile:
-    def __init__(self, path: Path, cap: int, job: str, *, hide: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        cap: int,
+        job: str,
+        *,
+        hide: Iterable[str] = (),
+        tail: OutputSink | None = None,
+    ) -> None:
         self.path = path
+        self.tail = tail
         self.job = job
         self.truncated = False
         self.lost = False
@@ -80,8 +91,11 @@ class OutputFile:
             if len(keep) < len(data):
                 self.truncated = True
                 self._write_all(TRUNCATION_MARK)
+                keep += TRUNCATION_MARK
         except OSError as exc:
             self._lose(exc)
+        if self.tail is not None:  # what the file took; a lost disk still tells Redis
+            self.tail.feed(keep)
         return self.writing
 
     def close(self) -> None:

@@ -68,7 +68,9 @@ class ProcessRunner(Runner):
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return RunResult(started=False, refusal=COMMAND_NOT_FOUND, error=type(exc).__name__)
         started = self.clock.now_ms()
-        out = OutputFile(ctx.output_path, ctx.output_cap, job.id, hide=ctx.secrets.values())
+        out = OutputFile(
+            ctx.output_path, ctx.output_cap, job.id, hide=ctx.secrets.values(), tail=ctx.tail
+        )
         self._groups[job.id] = proc.pid
         try:
             copier = asyncio.create_task(_copy(proc, out))

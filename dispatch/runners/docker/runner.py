@@ -293,7 +293,9 @@ class DockerRunner(Runner):
         started_ms = self.clock.now_ms()
         name = container_name(ctx.job.id)
         event("container_started", job=ctx.job.id, attempt=ctx.attempt, container=name)
-        out = OutputFile(ctx.output_path, ctx.output_cap, ctx.job.id, hide=ctx.secrets.values())
+        out = OutputFile(
+            ctx.output_path, ctx.output_cap, ctx.job.id, hide=ctx.secrets.values(), tail=ctx.tail
+        )
         attached.capture(out)
         try:
             code, stopped, state = await self._await_exit(ctx, attached)
