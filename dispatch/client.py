@@ -50,6 +50,7 @@ DAY_MS = 24 * HOUR_MS
 # Every read ends at the socket timeout (a silent server is an error, not a hang), so a long
 # blocking wait is taken in steps well under it; redis-py 8 defaults to the same 5 s.
 _SOCKET_TIMEOUT_S = 5.0
+_RECORD_CHUNK = 1000  # run records read per round trip by `records_since`
 _ACK_STEP_S = 0.5  # also how soon a claim that ended while we waited is noticed
 _GONE_STEP_S = 0.2  # how often a killed run's claim is looked at
 # A job that changes state between two round trips this many times in a row is not racing
@@ -379,6 +380,29 @@ class Client:
         ]
         found.sort(key=lambda pair: pair[0], reverse=True)
         return [record for _, record in found[:limit]]
+
+    async def records_since(self, since_ms: int, most: int = 200_000) -> builtins.list[RunRecord]:
+        """Every queue's run records indexed at or after `since_ms` (server ms), up to `most`
+        per queue, newest kept; records that do not decode are left out. Read in pipelined
+        chunks of `_RECORD_CHUNK`, so a month of runs is a few round trips per thousand."""
+        names = await self.queues()
+        all_keys = [keys.queue_keys(name, self.prefix) for name in names]
+        async with self.redis.pipeline(transaction=False) as p:
+            for k in all_keys:
+                p.zrevrangebyscore(k.runs_idx, "+inf", since_ms, start=0, num=most)
+            indexes = await p.execute()
+        wanted = [(k, _text(r)) for k, idx in zip(all_keys, indexes, strict=True) for r in idx]
+        found: builtins.list[RunRecord] = []
+        for part in _chunks(wanted, _RECORD_CHUNK):
+            async with self.redis.pipeline(transaction=False) as p:
+                for k, run_id in part:
+                    p.hget(k.runs, run_id)
+                raws = await p.execute()
+            for (k, run_id), raw in zip(part, raws, strict=True):
+                record = run_record(k.tag, run_id, raw) if raw else None
+                if isinstance(record, RunRecord):
+                    found.append(record)
+        return found
 
     async def records_of(self, view: JobView, last: int = 10) -> builtins.list[RunRecord]:
         """The fleet's run records of the job's latest `last` attempts, oldest first."""

@@ -373,6 +373,18 @@ class DeferRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     since: str = ""  # first deferral for this same reason, kept by the finishing script
 
 
+class AtStart(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The host as a run found it when admitted (`dispatch capacity`): its running jobs with
+    this one, its slots, and the memory (bytes) and CPUs promised against its job budget."""
+
+    running: int
+    slots: int
+    memory: int = 0
+    memory_limit: int = 0
+    cpus: float = 0.0
+    cpus_limit: float = 0.0
+
+
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One attempt's story. Targets are repo refs or folder basenames, never full paths."""
 
@@ -402,6 +414,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     budget_reserved: bool = False  # the run was charged to spend caps (not refunded)
     cost_usd: float | None = None  # charged: the reported cost, else the reserved cap
     tokens: int | None = None  # as the job reported them (input + output)
+    admitted_at: str | None = None  # when every gate had let it through, just before the start
+    at_start: AtStart | None = None
+    memory: int | None = None  # the size it ran with, bytes (its own, its project's or default)
 
     @property
     def run_id(self) -> str:

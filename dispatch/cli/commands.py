@@ -213,6 +213,25 @@ def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(lambda c: logs.show(c, settings, args.id, args.attempt), settings)
 
 
+def cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import capacity
+
+    window_ms = inputs.duration("--since", args.since)
+
+    async def go(client: Client) -> int:
+        seconds, micros = await client.redis.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        since_ms = now_ms - window_ms
+        hosts, projects = capacity.measure(await client.records_since(since_ms), since_ms, now_ms)
+        if args.json:
+            print(capacity.as_json(hosts, projects, since_ms, now_ms))
+        else:
+            print(capacity.text(hosts, projects, args.since))
+        return 0
+
+    return _with_client(go, settings)
+
+
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
         records = await client.run_rows(args.limit)
@@ -351,6 +370,9 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument(
         "-f", "--follow", action="store_true", help="follow until the job ends; exit with its code"
     )
+    cap = add("capacity", cmd_capacity, "how full each host has been, and each project's runs")
+    cap.add_argument("--since", default="24h", help="DURATION of the window: 24h, 7d, 30d")
+    cap.add_argument("--json", action="store_true")
     runs = add("runs", cmd_runs, "recent run records across the fleet")
     runs.add_argument("--limit", type=inputs.count(1, inputs.MAX_LIMIT), default=20)
     runs.add_argument("--json", action="store_true")

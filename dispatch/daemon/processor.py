@@ -59,11 +59,13 @@ from dispatch.gates.wait.conditions import unreadable_refusal
 from dispatch.log import event
 from dispatch.model import (
     JOB_VERSION,
+    AtStart,
     Job,
     RunRecord,
     Size,
     decode_job,
     encoder,
+    iso,
     peek_version,
 )
 from dispatch.queue.faults import cause
@@ -162,6 +164,8 @@ class Processor:
         self.engine_wait = engine_wait
         self.local_log = local_log
         self.tails = tails  # each run's output tail in Redis (`dispatch logs` from anywhere)
+        # the host as a run finds it when admitted, for its record (the worker knows it)
+        self.at_start: Callable[[], AtStart | None] = lambda: None
         self._faults_in_a_row = 0  # pickups whose gates met a Redis fault, since one did not
         self._usage = UsageDirs(settings.usage_dir) if settings.usage_dir else None
         self._timeouts = Timeouts()
@@ -264,6 +268,7 @@ class Processor:
             event("job_cancelled_before_start", job=claim.id)
             return Ending("finish", self._cancel_result())
         self._usage_dir(ctx)
+        admitted = (self.clock.now_ms(), self.at_start())
         result = await self._execute(pickup, ctx)
         charged = self._charge(pickup, ctx, result)
         if signal.reason == OPERATOR_CANCEL and not result.started:  # while its secrets resolved
@@ -274,11 +279,7 @@ class Processor:
             return self._defer(claim, held, job)  # no record: nothing ran
         ending = self._ending(claim, job, result, signal.reason)
         if ending.record is not None:
-            ending.record = charged.on(ending.record)
-        degraded = pickup.degraded()
-        if ending.record is not None and degraded:  # the fleet bound was not checked: say so
-            ending.record = msgspec.structs.replace(ending.record, degraded=degraded)
-        if ending.record is not None:
+            ending.record = _annotated(charged.on(ending.record), pickup, *admitted)
             ending.encoded = encode_record(ending.record)
             if result.started:
                 ending.logged = self._log_local(ending.record.id, ending.encoded)
@@ -434,3 +435,19 @@ def _resolved(pickup: Pickup) -> Job:
     if pickup.size is not None:
         changes["size"] = Size(memory=str(pickup.size.memory), cpus=pickup.size.cpus)
     return msgspec.structs.replace(job, **changes) if changes else job
+
+
+def _annotated(
+    record: RunRecord, pickup: Pickup, admitted_ms: int, at_start: AtStart | None
+) -> RunRecord:
+    """What the pickup knew of the run, in one copy of the record: the fleet leases it held
+    without Redis's word (the bound was not checked), when it was admitted and how full the
+    host was, and the memory it was given."""
+    size = pickup.size
+    return msgspec.structs.replace(
+        record,
+        degraded=pickup.degraded() or record.degraded,
+        admitted_at=iso(admitted_ms),
+        at_start=at_start,
+        memory=size.memory if size is not None else None,
+    )

@@ -38,7 +38,7 @@ from dispatch.daemon.upkeep import BEAT_JOBS, OUTPUT_PRUNE_EVERY_S, Upkeep
 from dispatch.errors import RedisUnavailable
 from dispatch.gates.wait.state import WaitStates
 from dispatch.log import event
-from dispatch.model import DeferRecord, target_text
+from dispatch.model import AtStart, DeferRecord, target_text
 from dispatch.queue import keys
 from dispatch.queue.faults import redis_call
 from dispatch.queue.scripts import load_all
@@ -116,6 +116,7 @@ class Worker:
             self.beat_jobs,
             self.promised,
         )
+        processor.at_start = self.at_start
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11
 
@@ -317,6 +318,19 @@ class Worker:
              "since_ms": e.claimed_ms}
             for e in entries
         ]  # fmt: skip
+
+    def at_start(self) -> AtStart:
+        """This host as a run admitted now finds it (the run is counted as running)."""
+        budget = self.processor.host_budget
+        used = budget.used() if budget is not None else None
+        return AtStart(
+            running=len(self.running),
+            slots=self.settings.concurrency,
+            memory=used.memory if used else 0,
+            memory_limit=budget.memory if budget else 0,
+            cpus=used.cpus if used else 0.0,
+            cpus_limit=budget.cpus if budget else 0.0,
+        )
 
     def promised(self) -> dict[str, float] | None:
         budget = self.processor.host_budget

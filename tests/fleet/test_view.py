@@ -15,6 +15,7 @@ from dispatch.fleet import view
 from dispatch.model import DeferRecord, Job, RunRecord, encode_job, iso
 from dispatch.queue import keys
 from dispatch.queue.transitions import Finish, NewJob, Queue
+from dispatch.reasons import Outcome
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +96,7 @@ async def test_the_last_hours_failures_by_reason_and_the_newest_endings(
     seconds, _ = await redis.time()
     now = int(seconds) * 1000
     k = keys.queue_keys("jobs", prefix)
-    ends = [  # id, outcome, reason, minutes ago
+    ends: list[tuple[str, Outcome, str, int]] = [  # id, outcome, reason, minutes ago
         ("old", "failed", "exit-1", 90), ("ok", "completed", "", 1), ("f1", "infra", "exit-3", 2),
         ("f2", "infra", "exit-3: said more", 3), ("p", "policy", "scope-cap", 4),
         ("gone", "failed", "exit-1", 5),
