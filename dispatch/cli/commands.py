@@ -205,6 +205,12 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(go, settings)
 
 
+def cmd_top(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import top  # Textual is loaded by this command alone
+
+    return _with_client(top.run, settings)
+
+
 def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
     from dispatch.cli import logs
 
@@ -364,6 +370,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     hosts = add("hosts", cmd_status, "every host seen this week: live or gone, slots, version")
     hosts.add_argument("--json", action="store_true")
+    add("top", cmd_top, "a live board of the fleet: hosts, waiting, running, endings")
     logs = add("logs", cmd_logs, "a job's captured output, from any host; -f follows it")
     logs.add_argument("id")
     logs.add_argument("--attempt", type=inputs.count(1, 100), help="N: that attempt's run")
