@@ -29,6 +29,7 @@ from dispatch.records.tail import fence_of
 
 BLOCK_MS = 1000  # one XREAD's wait: also how often a follower looks at the job
 ENDED = ("completed", "failed", "cancelled")
+POLL_S = 0.1  # between looks at a job whose run ended and whose finish has not landed yet
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,18 @@ async def follow(client: Client, job_id: str, attempt: int | None) -> int:
         run = await _run(client, view, attempt)
     while True:
         ended = await _stream(client, job_id, run)
-        view = await _job(client, job_id)
-        if view.state in ENDED:
-            return _exit_code(view, ended)
-        if attempt is not None and ended is not None:
-            return ended  # that attempt is over; the job goes on
-        nxt = await _run(client, view, attempt)
-        if nxt is not None and nxt.token != run.token:
-            print(f"dispatch: attempt {nxt.attempt} of {job_id}", file=sys.stderr)
-            run = nxt
+        while True:  # the run is over: until its finish lands, or the next run begins
+            view = await _job(client, job_id)
+            if view.state in ENDED:
+                return _exit_code(view, ended)
+            if attempt is not None and ended is not None:
+                return ended  # that attempt is over; the job goes on
+            nxt = await _run(client, view, attempt)
+            if nxt is not None and nxt.token != run.token:
+                print(f"dispatch: attempt {nxt.attempt} of {job_id}", file=sys.stderr)
+                run = nxt
+                break
+            await asyncio.sleep(POLL_S)  # never the same run's output twice
 
 
 async def _stream(client: Client, job_id: str, run: Run) -> int | None:
