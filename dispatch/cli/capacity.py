@@ -75,7 +75,8 @@ def measure(
             waits[r.host].append((start - queued) / 1000)
         if end is not None and end >= start:
             lengths[project.project].append((end - start) / 1000)
-            clipped = (max(start, since_ms), min(end, now_ms))
+            # a run within one millisecond still ran: the sweep needs its start before its end
+            clipped = (max(start, since_ms), min(max(end, start + 1), now_ms))
             if clipped[1] > clipped[0]:
                 spans[r.host].append(clipped)
     window_s = max(now_ms - since_ms, 1) / 1000

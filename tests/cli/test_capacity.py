@@ -67,6 +67,11 @@ def test_projects_and_runs_that_never_started() -> None:
     assert shown.startswith("capacity over the last 24h") and "2.0 GiB" in shown
 
 
+def test_a_run_within_one_millisecond_still_counts_as_running() -> None:
+    [a], _ = measure([run("a", 5, 5, slots=1)], 0, 10 * S)
+    assert a.peak == 1 and a.full_s == 0.001
+
+
 def test_records_without_a_start_snapshot_leave_the_slots_unknown() -> None:
     old = RunRecord(
         id="o", attempt=1, host="old", queue="jobs", outcome="completed",
