@@ -73,3 +73,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if "faults" in item.path.parts:  # real daemons, proxies, engines: seconds each
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def tmux() -> str:
+    """The tmux binary for a test that drives a real terminal (tests/support/tmux.py)."""
+    from tests.support.tmux import tmux_binary
+
+    return tmux_binary()

@@ -6,33 +6,15 @@ waits for a fleet lease another daemon holds is counted by the daemon that picke
 from __future__ import annotations
 
 import json
-import socket
 import time
-import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
+from tests.support.metrics import scrape
 from tests.support.polling import eventually_sync
+from tests.support.redis_server import free_port
 
 DAY_RUNS = (("ledger", "the whole fleet"), ("metric", "runs"), ("window", "day"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def test_a_daemon_serves_its_metrics_and_the_fleets(
