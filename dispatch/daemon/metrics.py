@@ -228,12 +228,16 @@ class _FleetGauges:
         self.last = Gauge(
             "dispatch_trigger_last_timestamp_seconds", "last minted", ["trigger"], registry=r
         )
+        self.overdue = Gauge(
+            "dispatch_trigger_overdue", "1 while an occurrence went unminted", ["trigger"],
+            registry=r,
+        )  # fmt: skip
         self.hosts = Gauge("dispatch_live_hosts", "hosts beating", registry=r)
         self.running = Gauge("dispatch_fleet_running_jobs", "running jobs, fleet", registry=r)
         self.slots = Gauge("dispatch_fleet_slots", "slots of the live hosts", registry=r)
         self._all = (
             self.jobs, self.waiting, self.oldest, self.paused, self.used, self.in_flight, self.cap,
-            self.next, self.last,
+            self.next, self.last, self.overdue,
         )  # fmt: skip
 
     def clear(self) -> None:
@@ -255,9 +259,10 @@ class _FleetGauges:
 
     def triggers(self, rows: list[dict[str, Any]]) -> None:
         """From `dispatch triggers`' rows: a paused or disabled trigger has no next."""
-        for g in (self.next, self.last):
+        for g in (self.next, self.last, self.overdue):
             g.clear()
         for row in rows:
+            self.overdue.labels(row["id"]).set(1 if row.get("overdue") else 0)
             for gauge, field in ((self.next, "next"), (self.last, "last")):
                 at = _seconds(row.get(field))
                 if at is not None:

@@ -91,3 +91,18 @@ async def test_a_grant_with_redis_away_counts_one_degraded_grant(metrics: Metric
         await away.aclose()
     assert count(metrics, "dispatch_lease_degraded_grants_total", lease="endpoint:gpu") == 1
     assert count(metrics, "dispatch_lease_waits_total", lease="endpoint:gpu") is None
+
+
+def test_an_overdue_trigger_is_one_the_others_zero_and_a_gone_one_is_dropped(
+    metrics: Metrics,
+) -> None:
+    rows = [
+        {"id": "nightly", "next": "2026-12-04T00:00:00+00:00", "last": None, "overdue": True},
+        {"id": "hourly", "next": None, "last": None, "overdue": False},  # paused: no next
+    ]
+    metrics.fleet.triggers(rows)
+    assert count(metrics, "dispatch_trigger_overdue", trigger="nightly") == 1
+    assert count(metrics, "dispatch_trigger_overdue", trigger="hourly") == 0
+    assert count(metrics, "dispatch_trigger_next_timestamp_seconds", trigger="hourly") is None
+    metrics.fleet.triggers(rows[1:])  # nightly left the file
+    assert count(metrics, "dispatch_trigger_overdue", trigger="nightly") is None

@@ -64,6 +64,7 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     assert found[("dispatch_waiting_jobs", (("reason", "scheduled"),))] == 2
     next_at = found[("dispatch_trigger_next_timestamp_seconds", (("trigger", "hourly"),))]
     assert 0 < next_at - time.time() <= 3600
+    assert found[("dispatch_trigger_overdue", (("trigger", "hourly"),))] == 0
     assert ("dispatch_event_loop_lag_seconds", ()) in found
     assert found[("dispatch_spend_cap", DAY_RUNS)] == 100  # both runs started: both charged
     assert found[("dispatch_spend_in_flight", DAY_RUNS)] == 0
