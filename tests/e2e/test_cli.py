@@ -166,6 +166,14 @@ def test_up_starts_and_stops_its_own_redis(prefix: str, tmp_path: Path) -> None:
             20,
         )
         assert wait_state(env, job_id, "completed") == "completed"
+        # the README's quickstart, on the embedded default
+        status = dispatch(env, "status")
+        assert status.returncode == 0 and status.stdout.startswith(
+            "running: 0 of 3 slots on 1 host"
+        )
+        followed = dispatch(env, "logs", "-f", job_id)
+        assert (followed.returncode, followed.stdout) == (0, "hi\n")
+        assert dispatch(env, "logs", job_id).stdout == "hi\n"  # this host's own file
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=40) == 0
     assert (tmp_path / "state" / "redis" / "appendonlydir").is_dir()  # AOF persistence on
