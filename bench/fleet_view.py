@@ -3,8 +3,10 @@
     python -m bench.fleet_view [--json] [--jobs 100000] [--hosts 50] [--reps 50]
 
 Starts its own redis-server on a free port unless DISPATCH_REDIS_URL names one. Fills it with
-`--jobs` jobs, 60% delayed (each with a defer record, over six reasons), 30% ready, 10% done,
-on one queue, and `--hosts` heartbeats; then takes `--reps` snapshots one after another.
+`--jobs` jobs, 60% delayed (each with a defer record, over six reasons), 30% ready, 10% done
+in the last hour (each with a run record; the snapshot reads the newest 500), on one queue, and
+`--hosts` heartbeats naming 10 running jobs each and their budget; then takes `--reps` snapshots
+one after another.
 
 Figures: snapshot wall p50 / p95 / max (client and server together, loopback), the round trips
 (3, whatever the size), and how many delayed jobs the reasons were read from (the sample).
@@ -25,7 +27,7 @@ from redis.asyncio import Redis
 from bench.support.redis import redis_server, redis_version
 from bench.support.stats import percentile
 from dispatch.fleet import view
-from dispatch.model import DeferRecord
+from dispatch.model import DeferRecord, RunRecord, iso
 from dispatch.queue import keys
 
 PREFIX = "bench-view"
@@ -49,15 +51,26 @@ async def fill(redis: Redis, prefix: str, jobs: int, hosts: int) -> None:
                     p.hset(k.defer, job_id, msgspec.json.encode(record))
                 elif kind < 9:
                     p.rpush(k.wait, job_id)
-                else:
+                else:  # ended in the last hour: a run record each, a third of them failed
                     p.zadd(k.done, {job_id: now})
+                    run = RunRecord(
+                        id=job_id, attempt=1, host="host-00", queue="jobs",
+                        outcome="failed" if i % 3 == 0 else "completed",
+                        reason="exit-1" if i % 3 == 0 else "", ended_at=iso(now - i % 3_600_000),
+                    )  # fmt: skip
+                    p.hset(k.runs, f"{job_id}#1", msgspec.json.encode(run))
+                    p.zadd(k.runs_idx, {f"{job_id}#1": now - i % 3_600_000})
             await p.execute()
     async with redis.pipeline(transaction=False) as p:
         for h in range(hosts):
             name = f"host-{h:02d}"
             p.sadd(keys.hosts_registry(prefix), name)
             p.hset(keys.hosts_seen(prefix), name, now)
-            beat = {"host": name, "running": 10, "slots": 40, "version": "0.1.0"}
+            running = [{"id": f"r{h}-{n}", "queue": "jobs", "target": "acme/web#1",
+                        "since_ms": now} for n in range(10)]  # fmt: skip
+            budget = {"memory": 2**33, "memory_limit": 2**35, "cpus": 8, "cpus_limit": 32}
+            beat = {"host": name, "running": 10, "slots": 40, "version": "0.1.0",
+                    "jobs": running, "budget": budget}  # fmt: skip
             p.set(keys.host_alive(name, prefix), json.dumps(beat), px=600_000)
         await p.execute()
 
