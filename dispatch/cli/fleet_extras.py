@@ -5,6 +5,7 @@ scoped-limits.json and triggers.json to know the caps and the schedules."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ class Extras:
     spend: list[Line] = field(default_factory=list)
     triggers: list[dict[str, Any]] = field(default_factory=list)
     broken: list[str] = field(default_factory=list)  # config files read from a last good copy
+    missing: str = ""  # why spend and triggers are not shown
 
     @property
     def overdue(self) -> list[str]:
@@ -41,7 +43,16 @@ class Extras:
         }
 
 
-async def extras(redis: Redis, settings: Settings, at_ms: int) -> Extras:
+async def extras(redis: Redis, settings: Settings, at_ms: int, timeout_s: float = 5.0) -> Extras:
+    """Bounded like the snapshot: a Redis that stops answering after the snapshot was read
+    gives a status without these parts and a line saying so, never a hang."""
+    try:
+        return await asyncio.wait_for(_extras(redis, settings, at_ms), timeout_s)
+    except TimeoutError:
+        return Extras(missing=f"spend and triggers: Redis did not answer within {timeout_s:g} s")
+
+
+async def _extras(redis: Redis, settings: Settings, at_ms: int) -> Extras:
     from dispatch.config.watcher import load_once
     from dispatch.spend.standing import lines
     from dispatch.triggers import control

@@ -25,6 +25,8 @@ def status_text(s: Snapshot, x: Extras | None = None) -> str:
     if x.triggers:
         parts.append("TRIGGERS\n" + _table(_trigger_rows(x), ("TRIGGER", "STATE", "NEXT", "LAST")))
     parts.extend(f"{name} is broken: its last good copy is read" for name in x.broken)
+    if x.missing:
+        parts.append(x.missing)
     return "\n\n".join(parts)
 
 

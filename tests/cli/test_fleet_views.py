@@ -4,9 +4,18 @@ same command through real daemons)."""
 
 from __future__ import annotations
 
-from dispatch.cli.fleet_extras import Extras
-from dispatch.cli.fleet_views import headline
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from dispatch.cli.fleet_extras import Extras, extras
+from dispatch.cli.fleet_views import headline, status_text
 from dispatch.config.schemas import Trigger
+from dispatch.config.settings import from_env
 from dispatch.fleet.view import Snapshot
 from dispatch.spend.plan import MICRO
 from dispatch.spend.standing import Line
@@ -41,3 +50,31 @@ def test_a_trigger_is_overdue_only_once_it_minted_and_then_missed_one() -> None:
     assert not _overdue(c, "next", 99 * hour, 100 * hour + OVERDUE_AFTER_MS - 1)  # not late yet
     assert not _overdue(c, None, 99 * hour, now)  # paused or disabled: nothing is owed
     assert not _overdue(c, "next", None, now)  # never minted: new, not late
+
+
+@pytest.mark.anyio
+async def test_a_redis_that_stops_answering_gives_a_status_without_spend_and_triggers(
+    tmp_path: Path,
+) -> None:
+    held: list[asyncio.StreamWriter] = []
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # takes the commands, answers nothing
+
+    config = tmp_path / "config"
+    config.mkdir()
+    limits = {"version": 1, "limits": [{"scope": "*", "day": 10}]}
+    (config / "scoped-limits.json").write_text(json.dumps(limits))
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    client = Redis.from_url(f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0")
+    settings = replace(from_env({"DISPATCH_CONFIG_DIR": str(config)}), prefix="p")
+    try:
+        found = await asyncio.wait_for(extras(client, settings, 0, timeout_s=0.3), 5)
+    finally:
+        await client.aclose()
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert found.spend == [] and found.missing.endswith("did not answer within 0.3 s")
+    assert status_text(Snapshot(at_ms=1), found).endswith(found.missing)
