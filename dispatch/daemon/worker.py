@@ -333,12 +333,12 @@ class Worker:
         )
 
     def promised(self) -> dict[str, float] | None:
-        budget = self.processor.host_budget
-        if budget is None:
+        """The heartbeat's budget: what a run admitted now would record (`at_start`)."""
+        if self.processor.host_budget is None:
             return None
-        used = budget.used()
-        return {"memory": used.memory, "memory_limit": budget.memory, "cpus": used.cpus,
-                "cpus_limit": budget.cpus}  # fmt: skip
+        now = self.at_start()
+        return {"memory": now.memory, "memory_limit": now.memory_limit, "cpus": now.cpus,
+                "cpus_limit": now.cpus_limit}  # fmt: skip
 
     # -- running ---------------------------------------------------------------------------
 
