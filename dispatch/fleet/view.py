@@ -29,6 +29,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from dispatch import reasons
 from dispatch.model import DeferRecord, RunRecord, instant_ms
 from dispatch.queue import fleet_pause, heartbeats, keys
 
@@ -36,7 +37,7 @@ SAMPLE = 2_000  # delayed jobs per queue whose reason is read
 RECENT_SCAN = 500  # run records per queue read for the last hour's failures
 RECENT = 20  # endings listed, newest first
 HOUR_MS = 3_600_000
-WRONG = ("failed", "infra", "policy")  # outcomes counted as failures
+WRONG = (reasons.FAILED, reasons.INFRA, reasons.POLICY)  # outcomes counted as failures
 GONE_AFTER_MS = 7 * 86_400_000  # a host silent longer than this is no longer listed
 
 
