@@ -41,8 +41,9 @@ def test_a_profile_only_one_host_declares_runs_there_never_refused(
     values = declare(keeper, tmp_path)
     with ExitStack() as stack:
         stack.enter_context(daemon(keeper))
-        # keeper's one slot is busy, so the shared job goes to plain first
-        blocker = dispatch(keeper, "submit", "--queue", "jobs@keeper", "--", "sleep", "4")
+        # keeper's one slot is busy until plain has deferred the shared job (a blocker that
+        # ended on its own clock could free the slot before plain's first claim, under load)
+        blocker = dispatch(keeper, "submit", "--queue", "jobs@keeper", "--", "sleep", "120")
         blocker_id = blocker.stdout.strip()
         wait_state(keeper, blocker_id, "active")
         stack.enter_context(daemon(plain))
@@ -61,6 +62,7 @@ def test_a_profile_only_one_host_declares_runs_there_never_refused(
         held = eventually_sync(deferred_by_plain, 30)
         assert held["defer"]["host"] == "plain" and "keeper" in held["defer"]["detail"]
         assert "api" not in held["defer"]["detail"] and VALUE not in json.dumps(held)
+        assert dispatch(keeper, "cancel", blocker_id).returncode == 0
         assert wait_state(keeper, job_id, "completed", "failed", timeout=60) == "completed"
 
         redis = Redis.from_url(redis_url)
