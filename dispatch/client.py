@@ -76,6 +76,7 @@ class JobView:
     paused: str = ""  # a job that waits: "fleet" (dispatch pause) or "queue" (its own queue's)
     unreadable: str = ""  # state "unreadable": which of its fields did not decode, and why
     target: str = ""  # what it works on, when the listing read its document (`list(targets=)`)
+    project: str = ""  # its project, read with the target
 
     @property
     def reason(self) -> str:
@@ -214,6 +215,13 @@ class Client:
             if v is not None and v.state in ("waiting", "delayed"):
                 v.paused = "fleet" if fleet else "queue" if v.queue in paused else ""
         return views
+
+    async def views(
+        self, wanted: builtins.list[tuple[str, str]], targets: bool = False
+    ) -> builtins.list[JobView | None]:
+        """The view of each (queue, id), None where that queue holds no such job: one round
+        trip, whatever the number (`targets`: with what each works on and its project)."""
+        return await self._views(wanted, targets)
 
     async def list(
         self, state: str | None = None, limit: int = 200, targets: bool = False
@@ -468,16 +476,17 @@ def _decoded_view(queue: str, job_id: str, fields: list[Any]) -> JobView:
 def _with_targets(views: list[JobView | None], fields: list[list[Any]]) -> None:
     for v, f in zip(views, fields, strict=True):
         if v is not None and isinstance(f[3], bytes):  # the document, read instead of HEXISTS
-            v.target = _target(f[3])
+            v.target, v.project = _target(f[3])
 
 
-def _target(raw: bytes) -> str:
-    """What the job works on (a repo ref or a folder's base name); "" for a document that
-    does not decode (its view says why elsewhere)."""
+def _target(raw: bytes) -> tuple[str, str]:
+    """What the job works on (a repo ref or a folder's base name) and its project; "" for a
+    document that does not decode (its view says why elsewhere)."""
     try:
-        return decode_job(raw).target()
+        job = decode_job(raw)
     except InvalidJob:
-        return ""
+        return "", ""
+    return job.target(), job.project or ""
 
 
 def _checked_document(job: Job) -> bytes:

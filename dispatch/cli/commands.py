@@ -16,7 +16,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from dispatch.cli import budget as spend
-from dispatch.cli import filters, inputs, triggers, waits
+from dispatch.cli import filters, inputs, story, triggers, waits
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
@@ -137,18 +137,15 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
     async def go(client: Client) -> int:
+        if not args.json:
+            print(await story.story(client, args.id))
+            return 0
         found = await client.get(args.id)
         if found is None:
             raise NotFound(f"no job {args.id}")
         runs = await client.records_of(found)
         wait = await client.wait_state(found)
-        story = await triggers.why(client, found, runs, args.json)  # the views, and its trigger
-        if args.json:
-            print(waits.why_json(story, wait))
-        else:
-            print(story)
-            if wait is not None and found.state in ("waiting", "delayed", "active"):
-                print(waits.why_line(wait, int(time.time() * 1000), waits.local_zone()))
+        print(waits.why_json(await triggers.why(client, found, runs, True), wait))
         return 0
 
     return _with_client(go, settings)

@@ -38,19 +38,19 @@ class Filters:
     def keep(self, v: JobView) -> bool:
         return (
             v.id.startswith(self.prefix)
-            and (not self.target or self.target in _targets(v))
-            and (not self.host or self.host in _hosts(v))
+            and (not self.target or self.target in targets_of(v))
+            and (not self.host or self.host in hosts_of(v))
             and (self.since_ms is None or _queued_ms(v) >= self.since_ms)
         )
 
 
-def _targets(v: JobView) -> set[str]:
+def targets_of(v: JobView) -> set[str]:
     """`acme/web#7` is found as itself or as its repo."""
     target = v.target.casefold()
     return {target, target.partition("#")[0]} - {""}
 
 
-def _hosts(v: JobView) -> set[str]:
+def hosts_of(v: JobView) -> set[str]:
     found = {v.owner or ""}
     if v.defer is not None:
         found.add(v.defer.host)

@@ -45,7 +45,7 @@ class Run:
 
 async def show(client: Client, settings: Settings, job_id: str, attempt: int | None) -> int:
     view = await _job(client, job_id)
-    run = await _run(client, view, attempt)
+    run = await run_of(client, view, attempt)
     if run is None:
         raise NotFound(f"job {job_id} has {'no such attempt' if attempt else 'not run yet'}")
     record = run.record
@@ -68,13 +68,13 @@ async def show(client: Client, settings: Settings, job_id: str, attempt: int | N
 
 async def follow(client: Client, job_id: str, attempt: int | None) -> int:
     view = await _job(client, job_id)
-    run = await _run(client, view, attempt)
+    run = await run_of(client, view, attempt)
     while run is None:  # not started yet: wait for its first run
         await asyncio.sleep(BLOCK_MS / 1000)
         view = await _job(client, job_id)
         if view.state in ENDED:
             return _exit_code(view, None)
-        run = await _run(client, view, attempt)
+        run = await run_of(client, view, attempt)
     while True:
         ended = await _stream(client, job_id, run)
         while True:  # the run is over: until its finish lands, or the next run begins
@@ -83,7 +83,7 @@ async def follow(client: Client, job_id: str, attempt: int | None) -> int:
                 return _exit_code(view, ended)
             if attempt is not None and ended is not None:
                 return ended  # that attempt is over; the job goes on
-            nxt = await _run(client, view, attempt)
+            nxt = await run_of(client, view, attempt)
             if nxt is not None and nxt.token != run.token:
                 print(f"dispatch: attempt {nxt.attempt} of {job_id}", file=sys.stderr)
                 run = nxt
@@ -144,7 +144,7 @@ async def _job(client: Client, job_id: str) -> JobView:
     return view
 
 
-async def _run(client: Client, view: JobView, attempt: int | None) -> Run | None:
+async def run_of(client: Client, view: JobView, attempt: int | None) -> Run | None:
     running = view.state == "active" and view.token
     if running and attempt in (None, view.attempt):
         return Run(view.queue, view.attempt, str(view.token))

@@ -28,13 +28,14 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Label, Static
 
-from dispatch.cli import fleet_views, top_rows, triggers, waits
+from dispatch.cli import fleet_views, top_rows
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
+from dispatch.cli.story import story
 from dispatch.cli.top_rows import JOB_TABLES, Row
 from dispatch.client import CancelAnswer, Client
 from dispatch.clock import Clock, SystemClock
-from dispatch.errors import DispatchError, NotFound
+from dispatch.errors import DispatchError
 from dispatch.fleet.view import Snapshot, snapshot
 from dispatch.model import one_line
 
@@ -77,18 +78,6 @@ def follow(job_id: str) -> None:
         pass
     finally:
         signal.signal(signal.SIGINT, before)
-
-
-async def story(client: Client, job_id: str) -> str:
-    """The text `dispatch why ID` prints."""
-    found = await client.get(job_id)
-    if found is None:
-        raise NotFound(f"no job {job_id}")
-    told = await triggers.why(client, found, await client.records_of(found), False)
-    wait = await client.wait_state(found)
-    if wait is not None and found.state in ("waiting", "delayed", "active"):
-        told += "\n" + waits.why_line(wait, client.clock.now_ms(), waits.local_zone())
-    return told
 
 
 class Board(App[None]):

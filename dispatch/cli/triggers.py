@@ -25,7 +25,7 @@ from dispatch.triggers.spec import Compiled, compile_all, fingerprint, origin
 from dispatch.triggers.store import TriggerStore
 
 
-def _triggers(settings: Settings) -> tuple[list[Compiled], str]:
+def configured(settings: Settings) -> tuple[list[Compiled], str]:
     snapshot = load_once(settings.config_dir)
     broken = snapshot.errors.get("triggers.json")
     if broken:
@@ -60,14 +60,14 @@ def why_lines(found: dict[str, object] | None) -> list[str]:
 
 
 def _one(settings: Settings, tid: str) -> Compiled:
-    found = next((c for c in _triggers(settings)[0] if c.id == tid), None)
+    found = next((c for c in configured(settings)[0] if c.id == tid), None)
     if found is None:
         raise ConfigError(f"no trigger {tid!r} in {settings.config_dir / 'triggers.json'}")
     return found
 
 
 async def show(client: Client, settings: Settings, as_json: bool) -> int:
-    triggers, mine = _triggers(settings)
+    triggers, mine = configured(settings)
     store = TriggerStore(client.redis, client.prefix)
     now = client.clock.now_ms()
     rows = await control.rows(store, triggers, now)

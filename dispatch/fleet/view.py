@@ -107,6 +107,8 @@ class Snapshot:
     error: str = ""  # why nothing, or not everything, could be read
     paused: str = ""  # "" | "fleet" (dispatch pause) | "partial" (some queues' own keys)
     paused_queues: list[str] = field(default_factory=list)
+    paused_at: str = ""  # the fleet pause's: when it was given (ISO-8601) and from which host
+    paused_by: str = ""
     queues: list[QueueRow] = field(default_factory=list)
     reasons: dict[str, Waiting] = field(default_factory=dict)
     sampled: int = 0  # delayed jobs whose reason was read
@@ -151,8 +153,8 @@ async def _read(redis: Redis, prefix: str) -> Snapshot:
     last_seen = {_text(h): int(ms) for h, ms in seen.items()}
     hosts = sorted({_text(h) for h in host_names} | set(last_seen))
     sampled = await _counts(redis, prefix, snap, names, hosts, last_seen)
-    if standing is not None:
-        snap.paused = "fleet"
+    if (given := fleet_pause.decode(standing)) is not None:
+        snap.paused, snap.paused_at, snap.paused_by = "fleet", given.at, given.by
     elif snap.paused_queues:
         snap.paused = "partial"
     await _details(redis, prefix, snap, sampled)
