@@ -35,7 +35,7 @@ from dispatch.queue.scripts import Arg, checked, script
 from dispatch.spend.plan import MARGIN_MS, Counter
 
 Mode = Literal["settle", "refund"]
-RECORD_TTL_MS = MARGIN_MS  # an unsettled record lives as long as the counters it names
+RECORD_TTL_MS = MARGIN_MS  # an unsettled record outlives the longest run past its window
 CLOSE_TIMEOUT_S = 5.0
 RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 LOST_BATCH = 500
