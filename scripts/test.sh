@@ -11,9 +11,12 @@ command -v redis-server >/dev/null || apt_install redis-server
 command -v git >/dev/null || apt_install git  # the dirty-tree gate asks git
 command -v promtool >/dev/null || apt_install prometheus  # promtool checks deploy/prometheus
 command -v tmux >/dev/null || apt_install tmux  # tests/e2e/test_top_tmux.py runs dispatch top in it
+# the web page's browser tests drive Debian's chromium (tests/support/browser.py); no browser
+# build can be downloaded, so Playwright launches this one by its path
+command -v chromium >/dev/null || apt_install chromium
 
 [ -x .venv/bin/pip ] || make_venv
-if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, xdist, mkdocs, material, prometheus_client, textual" 2>/dev/null \
+if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, xdist, mkdocs, material, prometheus_client, textual, starlette, uvicorn, playwright, cron_descriptor" 2>/dev/null \
     || [ pyproject.toml -nt .venv/.installed ]; then
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -e '.[test]'

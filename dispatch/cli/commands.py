@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     problem = inputs.argv_problem(argv)
     if problem:
         sys.exit(_fail(problem, 2))
+    if argv[:1] == ["web"]:  # its options are the page's own (dispatch/web/serve.py)
+        cmd_web(argv[1:])
     args = _parser().parse_args(argv)
     try:
         settings = from_env()
@@ -176,6 +178,13 @@ def cmd_triggers(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(lambda client: triggers.act(client, settings, args), settings)
+
+
+def cmd_web(args: argparse.Namespace | Sequence[str], settings: Settings | None = None) -> int:
+    """The page is a process of its own (dispatch/web/, which reads the command line's views,
+    not the other way round): this one becomes it, its arguments passed on whole."""
+    rest = list(args) if isinstance(args, Sequence) else []
+    os.execv(sys.executable, [sys.executable, "-m", "dispatch.web", *rest])
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -368,6 +377,7 @@ def _parser() -> argparse.ArgumentParser:
     hosts = add("hosts", cmd_status, "every host seen this week: live or gone, slots, version")
     hosts.add_argument("--json", action="store_true")
     add("top", cmd_top, "a live board of the fleet: hosts, waiting, running, endings")
+    add("web", cmd_web, "serve the fleet's web page (dispatch web --help)")
     logs = add("logs", cmd_logs, "a job's captured output, from any host; -f follows it")
     logs.add_argument("id")
     logs.add_argument("--attempt", type=inputs.count(1, 100), help="N: that attempt's run")

@@ -89,6 +89,7 @@ class Settings:
     on_failure_timeout_s: float = 10.0
     webhook_url: str = ""  # POSTed the record of each job that ended wrong ("" = none)
     webhook_secret: str = ""  # signs those POSTs (HMAC-SHA256)
+    web_token: str = ""  # `dispatch web`: signing in with it allows actions; "" = read-only
     # the docker runner's own (dispatch.runners.docker.settings.DockerSettings reads them here)
     allowed_roots: tuple[str, ...] = ()  # local folders must lie under one of these
     container_user: str | None = None  # None: the folder's owner, or nobody; "" = image's USER
@@ -138,7 +139,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         try:
             values[name] = parse(raw)
         except (ValueError, ConfigError) as exc:
-            raise ConfigError(f"{key}={shown(raw)}: {exc}") from None
+            said = "(hidden)" if key in _SECRET else shown(raw)
+            raise ConfigError(f"{key}={said}: {exc}") from None
     settings = Settings(**values)  # type: ignore[arg-type]
     _check(settings)
     return settings
@@ -148,6 +150,24 @@ def _redis_url(raw: str) -> str:
     if raw and not raw.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(f"DISPATCH_REDIS_URL={shown(raw)}: use redis://, rediss:// or unix://")
     return raw
+
+
+MIN_TOKEN = 16  # characters: a web token shorter than this is guessable
+
+
+def _token(raw: str) -> str:
+    token = raw.strip()
+    if len(token) < MIN_TOKEN:
+        raise ValueError(f"must be at least {MIN_TOKEN} characters")
+    return token
+
+
+def _token_file(raw: str) -> str:
+    try:
+        text = Path(raw).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot be read: {type(exc).__name__}") from None
+    return _token(text)
 
 
 _WHOLE = re.compile(r"\d{1,9}", re.ASCII)
@@ -278,6 +298,8 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("on_failure_timeout_s", "DISPATCH_ON_FAILURE_TIMEOUT", parse_seconds),
     ("webhook_url", "DISPATCH_WEBHOOK_URL", _url),
     ("webhook_secret", "DISPATCH_WEBHOOK_SECRET", str),
+    ("web_token", "DISPATCH_WEB_TOKEN", _token),
+    ("web_token", "DISPATCH_WEB_TOKEN_FILE", _token_file),  # read last: the file wins
     ("container_user", "DISPATCH_CONTAINER_USER", _user),
     ("container_network", "DISPATCH_CONTAINER_NETWORK", _name),
     ("job_network", "DISPATCH_JOB_NETWORK", _name),
@@ -293,6 +315,7 @@ _FIELDS: list[tuple[str, str, Callable[[str], object]]] = [
     ("wait_max_checks", "DISPATCH_WAIT_MAX_CHECKS", _positive_int),
     ("wait_max_faults", "DISPATCH_WAIT_MAX_FAULTS", _positive_int),
 ]
+_SECRET = {"DISPATCH_WEB_TOKEN"}  # a refusal never quotes its value
 _EMPTY_IS_A_VALUE = {"DISPATCH_CONTAINER_USER"}  # elsewhere an empty value means the default
 
 

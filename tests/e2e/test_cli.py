@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, state_of, wait_state
+from tests.support.daemons import (
+    SOURCE,
+    cli_env,
+    daemon,
+    dispatch,
+    dispatch_json,
+    state_of,
+    wait_state,
+)
 from tests.support.polling import eventually_sync
+from tests.support.redis_server import free_port
 
 
 @pytest.fixture
@@ -174,8 +185,30 @@ def test_up_starts_and_stops_its_own_redis(prefix: str, tmp_path: Path) -> None:
         followed = dispatch(env, "logs", "-f", job_id)
         assert (followed.returncode, followed.stdout) == (0, "hi\n")
         assert dispatch(env, "logs", job_id).stdout == "hi\n"  # this host's own file
+        assert "running: 0 of 3 slots on 1 host" in web_overview(env)
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=40) == 0
     assert (tmp_path / "state" / "redis" / "appendonlydir").is_dir()  # AOF persistence on
     gone = dispatch(env, "jobs")
     assert gone.returncode == 1 and gone.stderr.count("\n") == 1  # its server stopped with it
+
+
+def web_overview(env: dict[str, str]) -> str:
+    """`dispatch web` as the README starts it, on the embedded default: the overview's HTML."""
+    port = free_port()
+    web = subprocess.Popen(
+        [*SOURCE, "web", "--listen", f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL
+    )
+    try:
+
+        def overview() -> str:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
+                    return str(page.read().decode())
+            except OSError:
+                return ""
+
+        return eventually_sync(overview, 20)
+    finally:
+        web.terminate()
+        assert web.wait(timeout=10) == 0

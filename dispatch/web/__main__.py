@@ -1,0 +1,3 @@
+from dispatch.web.serve import main
+
+main()
