@@ -49,6 +49,11 @@ class Feed:
                 frame = await self._refresh()
         return frame
 
+    def due_in(self) -> float:
+        """Seconds until the frame in hand is due for a read (a stream sleeps this long, so it
+        never wakes just before the read and waits a whole period more)."""
+        return max(self._read_at + self.every_s - self._now(), 0.0) + 0.001
+
     def expire(self) -> None:
         """The next ask reads again: something was just changed from this page."""
         self._read_at = float("-inf")
@@ -95,8 +100,9 @@ async def changes(
         elif quiet >= keepalive_s:
             quiet = 0.0
             yield ": still here\n\n"
-        await asyncio.sleep(feed.every_s)
-        quiet += feed.every_s
+        pause = feed.due_in()
+        await asyncio.sleep(pause)
+        quiet += pause
 
 
 def event(name: str, data: str) -> str:

@@ -130,6 +130,7 @@ async def signin(request: Request) -> Response:
 
 
 async def signout(request: Request) -> Response:
+    await web_of(request).gate.require(request)  # like any change: this page's own form
     request.session.clear()
     return RedirectResponse("/", status_code=303)
 

@@ -72,3 +72,13 @@ async def test_the_stream_sends_a_body_only_when_it_changed() -> None:
 
 def test_an_event_puts_each_line_on_its_own_data_line_and_drops_carriage_returns() -> None:
     assert event("x", "one\ntwo\r\n") == "event: x\ndata: one\ndata: two\ndata: \n\n"
+
+
+async def test_a_stream_sleeps_until_the_frame_is_due_not_a_whole_period_after_it() -> None:
+    now = [10.0]
+    feed = Feed(Reads(), every_s=1.0, monotonic=lambda: now[0])
+    await feed.latest()
+    now[0] = 10.9
+    assert feed.due_in() == pytest.approx(0.101)  # a fixed sleep of 1 s would miss a frame
+    now[0] = 11.5
+    assert feed.due_in() == pytest.approx(0.001)

@@ -319,3 +319,11 @@ async def test_every_reason_the_overview_links_lists_its_jobs(
         assert page.status_code == 200 and re.search(r'<a href="/jobs/\w+">', page.text), link
     scheduled = await http.get("/jobs?reason=scheduled")
     assert re.findall(r'<a href="/jobs/(\w+)">', scheduled.text) == ["later"]
+
+
+async def test_signing_out_needs_the_pages_own_form(http: httpx.AsyncClient) -> None:
+    csrf = await signed_in(http)
+    assert (await http.post("/signout", data={"csrf": "forged"})).status_code == 403
+    assert 'action="/signout"' in (await http.get("/")).text  # still signed in
+    assert (await http.post("/signout", data={"csrf": csrf})).status_code == 303
+    assert 'action="/signout"' not in (await http.get("/")).text
