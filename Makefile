@@ -32,6 +32,9 @@ bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.budget --json
 	.venv/bin/python -m bench.soak --json
 	.venv/bin/python -m bench.git_status --json
+	.venv/bin/python -m bench.fleet_view --json
+	.venv/bin/python -m bench.web_jobs --json
+	.venv/bin/python -m bench.web_load --json
 
 # npm ci: exactly the lock. --ignore-scripts: the one install script (msgpackr-extract) only
 # builds from source when its prebuilt optional package is missing, and that one is there.

@@ -117,17 +117,29 @@ async def page(client: Client, q: Query) -> Page:
         if not ids:
             g, offset = g + 1, 0
             continue
-        views = await client.views([(groups[g][0], i) for i in ids], targets=True)
-        for view in views:
-            offset += 1
-            found.looked += 1
-            if view is not None and q.keep(view):
-                found.jobs.append(view)
-                if len(found.jobs) == PAGE:
-                    break
+        offset = await _keep(client, q, groups[g][0], ids, offset, found)
     if g < len(groups):
         found.next_at = (g, offset)
     return found
+
+
+async def _keep(
+    client: Client, q: Query, queue: str, ids: list[str], offset: int, found: Page
+) -> int:
+    """Add the jobs of `ids` the query keeps to `found`, up to a page; the offset after the
+    last id looked at. Ids the prefix rules out are never read."""
+    wanted = [i for i in ids if i.startswith(q.id)]
+    views = await client.views([(queue, i) for i in wanted], targets=True) if wanted else []
+    by_id = dict(zip(wanted, views, strict=True))
+    for job_id in ids:
+        offset += 1
+        found.looked += 1
+        view = by_id.get(job_id)
+        if view is not None and q.keep(view):
+            found.jobs.append(view)
+            if len(found.jobs) == PAGE:
+                break
+    return offset
 
 
 def _groups(state: str) -> tuple[str, ...]:
