@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from dispatch.cli.inputs import OneLineParser
 from dispatch.config.settings import Settings, from_env
 from dispatch.errors import ConfigError
 
@@ -94,7 +95,7 @@ def _serve(settings: Settings, host: str, port: int, cert: str | None, key: str 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dispatch web", description="Serve the fleet's web page.")
+    p = OneLineParser(prog="dispatch web", description="Serve the fleet's web page.")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT")
     p.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate")
     p.add_argument("--tls-key", metavar="FILE")

@@ -3,7 +3,8 @@ whatever they hold, the CLI exits 0, 1 or 2, says at most one line on stderr, an
 a traceback. In-process through `main(argv)` for breadth, then a few real processes.
 
 The subcommands and their options are read from the parser itself, so a flag added later is
-fuzzed too. `up` and `worker` are left out: they start a daemon and do not return.
+fuzzed too. `up` and `worker` are left out: they start a daemon and do not return; so is
+`web`, which becomes the page's own process (tests/web/test_serve.py fuzzes its arguments).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dispatch.cli import main
 from dispatch.cli.commands import _parser
 from tests.support.daemons import cli_env, dispatch
 
-_DAEMONS = {"up", "worker"}
+_DAEMONS = {"up", "worker", "web"}
 
 
 def _subcommands() -> dict[str, list[str]]:

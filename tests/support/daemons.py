@@ -86,24 +86,29 @@ def daemon(
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc, 40)
 
 
-def log_path(env: dict[str, str]) -> Path:
+def stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL once `timeout` has passed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def log_path(env: dict[str, str], kind: str = "daemon") -> Path:
     """Beside the state dir, not in it: a test may fill the state dir's disk."""
     state = Path(env["DISPATCH_STATE_DIR"])
     state.parent.mkdir(parents=True, exist_ok=True)
-    return state.with_name(state.name + ".daemon.log")
+    return state.with_name(f"{state.name}.{kind}.log")
 
 
-def daemon_log(env: dict[str, str]) -> str:
-    path = log_path(env)
+def daemon_log(env: dict[str, str], kind: str = "daemon") -> str:
+    path = log_path(env, kind)
     return path.read_text(errors="replace") if path.exists() else ""
 
 

@@ -4,12 +4,18 @@ listening beyond loopback without a token, a malformed address, a token too shor
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dispatch.web import serve
 from dispatch.web.serve import Refused, listen_address, loopback
 
 
@@ -51,3 +57,33 @@ def test_addresses() -> None:
         listen_address(":8484")
     assert loopback("127.0.0.5") and loopback("::1") and loopback("localhost")
     assert not loopback("10.0.0.1") and not loopback("example.org")
+
+
+def test_an_unknown_option_is_one_line_too() -> None:
+    done = web("--bogus")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("dispatch: unrecognized arguments: --bogus")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    argv=st.lists(
+        st.sampled_from(["--listen", "--tls-cert", "--tls-key", "-h", "x", ""])
+        | st.text(max_size=30),
+        max_size=5,
+    )
+)
+def test_any_arguments_start_it_or_refuse_in_one_line(argv: list[str]) -> None:
+    """In-process, `_serve` replaced: whatever the arguments, it would serve or says why not
+    in one line with exit 0 (help) or 2, never a traceback."""
+    said = io.StringIO()
+    with (
+        mock.patch.object(serve, "_serve", return_value=0),
+        mock.patch.dict(os.environ, {"DISPATCH_REDIS_URL": "redis://127.0.0.1:1"}),
+        contextlib.redirect_stderr(said),
+        contextlib.redirect_stdout(io.StringIO()),
+        pytest.raises(SystemExit) as ended,
+    ):
+        serve.main(argv)
+    assert ended.value.code in (0, 2)
+    assert said.getvalue().count("\n") <= 1, said.getvalue()
