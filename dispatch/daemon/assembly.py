@@ -24,6 +24,7 @@ from dispatch.daemon.boot import LeftRecords, boot_until_done, reconcile_every
 from dispatch.daemon.engine_wait import EngineWait
 from dispatch.daemon.instance import Holder, HostOwner
 from dispatch.daemon.metrics import Metrics
+from dispatch.daemon.notify import Notifier
 from dispatch.daemon.on_failure import OnFailure, Webhook
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.tasks import OnStop, every, supervised
@@ -225,7 +226,7 @@ async def _work(
     keeper = None
     if egress is not None:
         keeper = asyncio.create_task(supervised("egress", lambda: egress.keep(stop), OnStop(stop)))
-    follower = asyncio.create_task(follow_config(config, queues, stop))
+    follower = asyncio.create_task(follow_config(config, queues, stop, worker.notifier))
     reconciler = asyncio.create_task(
         reconcile_every(settings.reconcile_s, stop, runner, settings.host, queues, worker.held)
     )
@@ -300,18 +301,26 @@ def wait_parts(settings: Settings, redis: Redis) -> WaitParts:
 
 
 async def follow_config(
-    config: ConfigFiles, queues: list[Queue], stop: asyncio.Event, every_s: float = 1.0
+    config: ConfigFiles,
+    queues: list[Queue],
+    stop: asyncio.Event,
+    notifier: Notifier | None = None,
+    every_s: float = 1.0,
 ) -> None:
     """When the config files change, jobs they held are checked again at once, rather than at
-    their re-check time (10 minutes for newer-release, a window's old end for pause-window)."""
+    their re-check time (10 minutes for newer-release, a window's old end for pause-window);
+    systemd is told RELOADING, then READY once that is done."""
     last = config.current()
+    notifier = notifier or Notifier({})
 
     async def step() -> None:
         nonlocal last
         current = config.current()
         if current is not last:
             last = current
+            notifier.reloading()
             await recheck_held(queues)
+            notifier.ready()
 
     await every("config", every_s, step, OnStop(stop), jitter=False)
 

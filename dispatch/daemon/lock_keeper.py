@@ -83,6 +83,7 @@ class LockKeeper:
         self.stop_after_s = lock_s - settings.stop_grace_s - 2 * settings.renew_s - margin
         self.lost_after_s = lock_s - margin
         self.unconfirmed_after_s = settings.stop_grace_s + slack_s
+        self.ticked_at = clock.monotonic()  # the last tick's end: the watchdog asks it
 
     async def tick(self) -> None:
         """One renewal period: judge every run's deadline, renew every queue's claims (each
@@ -91,6 +92,7 @@ class LockKeeper:
         self._note_stops()
         await asyncio.gather(*(self._renew(q) for q in self.queues.values()))
         self.judge(self.running.values())
+        self.ticked_at = self.clock.monotonic()
 
     def _note_stops(self) -> None:
         """Log, once, each aborted run that is not gone long past its stop grace."""

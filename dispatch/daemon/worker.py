@@ -31,6 +31,7 @@ from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.lock_keeper import LockKeeper, Running
 from dispatch.daemon.metrics import FLEET_EVERY_S, LAG_EVERY_S, Metrics
+from dispatch.daemon.notify import Notifier, Watchdog
 from dispatch.daemon.on_failure import OnFailure
 from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
@@ -71,8 +72,10 @@ class Worker:
         profiles: Callable[[], Iterable[str]] = tuple,
         metrics: Metrics | None = None,
         on_failure: OnFailure | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.settings = settings
+        self.notifier = notifier or Notifier()
         self.minter = minter
         self.metrics = metrics
         self.on_failure = on_failure
@@ -153,6 +156,7 @@ class Worker:
             concurrency=self.settings.concurrency,
         )
         background = [asyncio.create_task(loop) for loop in self._loops()]
+        self.notifier.ready(self.status_line())  # boot is done and the claim loops are started
         await stop.wait()
         await self.shutdown()
         await self._close(background)
@@ -212,12 +216,7 @@ class Worker:
             every("renew", self.settings.renew_s, self.locks.tick, life),
             # apart from the renewals: a hung Redis call here must never delay a lock's judgement
             every("recover", self.settings.renew_s, self._recover, life),
-            every(
-                "heartbeat",
-                self.timing.heartbeat_s,
-                lambda: self.upkeep.beat(self.timing.heartbeat_s),
-                life,
-            ),
+            every("heartbeat", self.timing.heartbeat_s, self._beat, life),
             every(
                 "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
@@ -226,6 +225,12 @@ class Worker:
         ]
         if self.minter is not None:
             loops.append(every("triggers", self.settings.trigger_every_s, self.minter.tick, life))
+        if self.notifier.watchdog_s is not None:
+            watchdog = Watchdog(
+                self.notifier, lambda: self.locks.ticked_at, self.settings.renew_s,
+                self.clock.monotonic,
+            )  # fmt: skip
+            loops.append(watchdog.run(life.stopping))
         if self.metrics is not None:
             loops += self._metrics_loops(self.metrics)
         for name, lane in self.lanes.items():
@@ -242,6 +247,17 @@ class Worker:
                 ),
             ]
         return loops
+
+    async def _beat(self) -> None:
+        await self.upkeep.beat(self.timing.heartbeat_s)
+        self.notifier.status(self.status_line())
+
+    def status_line(self) -> str:
+        """What systemd shows of this daemon (`systemctl status`), one line."""
+        running = len(self.running)
+        if self.life.draining:
+            return f"draining: {running} running"
+        return f"{running}/{self.settings.concurrency} slots"
 
     async def _recover(self) -> None:
         for lane in self.lanes.values():
@@ -271,6 +287,7 @@ class Worker:
         """Stop claiming; let running jobs finish within the grace, then abort them; hand the
         finishes to Redis while it answers."""
         self.life.draining = True
+        self.notifier.stopping(self.status_line())
         self.capacity.room.set()  # let the watchers see the drain
         for lane in self.lanes.values():
             lane.wake.set()
