@@ -14,6 +14,7 @@ command -v tmux >/dev/null || apt_install tmux  # tests/e2e/test_top_tmux.py run
 # the web page's browser tests drive Debian's chromium (tests/support/browser.py); no browser
 # build can be downloaded, so Playwright launches this one by its path
 command -v chromium >/dev/null || apt_install chromium
+command -v systemd-analyze >/dev/null || apt_install systemd  # verifies the rendered units
 
 [ -x .venv/bin/pip ] || make_venv
 if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, xdist, mkdocs, material, prometheus_client, textual, starlette, uvicorn, playwright, cron_descriptor" 2>/dev/null \

@@ -4,7 +4,8 @@ a traceback. In-process through `main(argv)` for breadth, then a few real proces
 
 The subcommands and their options are read from the parser itself, so a flag added later is
 fuzzed too. `up` and `worker` are left out: they start a daemon and do not return; so is
-`web`, which becomes the page's own process (tests/web/test_serve.py fuzzes its arguments).
+`web`, which becomes the page's own process (tests/web/test_serve.py fuzzes its arguments),
+and `service`, which installs units into this machine's systemd (tests/deploy/test_service.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dispatch.cli import main
 from dispatch.cli.commands import _parser
 from tests.support.daemons import cli_env, dispatch
 
-_DAEMONS = {"up", "worker", "web"}
+_DAEMONS = {"up", "worker", "web", "service"}
 
 
 def _subcommands() -> dict[str, list[str]]:

@@ -104,6 +104,15 @@ def test_doctor_finds_the_scripts_inside_the_installed_package(
     assert (done.returncode, failed) == (1, ["docker"]), done.stdout
 
 
+def test_the_installed_package_renders_its_unit_from_its_own_template(
+    installed: Installed, env: dict[str, str]
+) -> None:
+    assert (installed.package / "deploy" / "dispatch.service.in").is_file()
+    done = dispatch(env, "service", "render", program=installed.program)
+    assert done.returncode == 0, done.stderr
+    assert "Type=notify" in done.stdout.splitlines() and "@" not in done.stdout
+
+
 def test_the_installed_worker_runs_a_job_and_stops_cleanly(
     installed: Installed, env: dict[str, str]
 ) -> None:
