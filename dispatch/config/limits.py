@@ -123,8 +123,23 @@ def overlay_problems(overlay: Overlay) -> list[str]:
     """settings.json's spend fields."""
     problems = [p for p in [_usd_problem("maxCostUsd", overlay.max_cost_usd, zero_ok=False)] if p]
     problems += _pct_problem(overlay.soft_hold_pct)
+    problems += _concurrency_problems(overlay.concurrency)
     try:
         zone(overlay.budget_tz)
     except ValueError as exc:
         problems.append(str(exc))
     return [f"settings: {p}" for p in problems]
+
+
+MAX_SLOTS = 10_000  # as DISPATCH_CONCURRENCY
+_HOST_OR_ALL = re.compile(r"\*|[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _concurrency_problems(rows: dict[str, int]) -> list[str]:
+    problems = []
+    for host, slots in rows.items():
+        if not _HOST_OR_ALL.fullmatch(host):
+            problems.append(f'concurrency: {host[:64]!r} is neither a host name nor "*"')
+        if isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+            problems.append(f"concurrency[{host[:64]!r}]: a whole number from 1 to {MAX_SLOTS}")
+    return problems

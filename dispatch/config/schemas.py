@@ -83,6 +83,12 @@ class Overlay(_Row):
     max_cost_usd: float | None = None  # a job's dollar cap when it names none
     budget_tz: str = "UTC"  # where spend windows turn (day, ISO week, month)
     soft_hold_pct: float | None = None  # where every cap's soft-hold band starts, percent
+    # job slots per host, applied on reload: {"*": 3, "gpu-1": 1}; DISPATCH_CONCURRENCY else
+    concurrency: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def slots_for(self, host: str, default: int) -> int:
+        """This host's job slots: its own row, else the fleet's ("*"), else `default`."""
+        return self.concurrency.get(host) or self.concurrency.get("*") or default
 
 
 class WaitProfile(_Row):

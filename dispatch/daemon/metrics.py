@@ -83,7 +83,10 @@ class Metrics:
             "dispatch_queue_wait_seconds", "enqueue to start", buckets=_WAIT_BUCKETS, registry=r
         )
         self.running = Gauge("dispatch_running_jobs", "runs of this daemon", registry=r)
-        self.slots = Gauge("dispatch_slots", "DISPATCH_CONCURRENCY", registry=r)
+        self.slots = Gauge(
+            "dispatch_slots", "job slots: settings.json's concurrency, else DISPATCH_CONCURRENCY",
+            registry=r,
+        )  # fmt: skip
         self.lag = Gauge("dispatch_event_loop_lag_seconds", "a 1 s timer's lateness", registry=r)
         self.errors = Counter("dispatch_errors", "error events", ["kind"], registry=r)
         self.lease_waits = Counter(

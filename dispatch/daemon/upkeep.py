@@ -73,6 +73,7 @@ class Upkeep:
         profiles: Callable[[], Iterable[str]] = tuple,
         jobs: Callable[[], list[dict[str, object]]] = list,
         promised: Callable[[], dict[str, float] | None] = lambda: None,
+        slots: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -86,6 +87,7 @@ class Upkeep:
         self.profiles = profiles  # this host's secret profile names (gates/secret_profiles.py)
         self.jobs = jobs  # the running jobs, for `dispatch hosts` (worker.py's beat_jobs)
         self.promised = promised  # memory and CPU reserved against the host budget
+        self.slots = slots or (lambda: settings.concurrency)  # live: settings.json may change it
         self.started_ms = clock.now_ms()
         self._beats = 0
 
@@ -107,7 +109,7 @@ class Upkeep:
         beat: dict[str, object] = {
             "host": self.settings.host,
             "running": self.running(),
-            "slots": self.settings.concurrency,
+            "slots": self.slots(),
             "version": VERSION,
             "started_ms": self.started_ms,
         }

@@ -53,6 +53,7 @@ __all__ = ["Running", "Timing", "Worker"]
 FLUSH_AT_SHUTDOWN_S = 10.0
 START_RETRY_S = 0.5
 MAX_START_RETRY_S = 15.0
+SLOTS_EVERY_S = 1.0  # how soon a changed `concurrency` in settings.json applies (as a reload)
 UNSTOPPED_SLACK_S = 15.0  # past the stop grace, how long shutdown waits for runs to be gone
 
 
@@ -81,14 +82,14 @@ class Worker:
         self.on_failure = on_failure
         if metrics is not None:
             metrics.running.set_function(lambda: len(self.running))
-            metrics.slots.set(settings.concurrency)
+            metrics.slots.set_function(lambda: self.capacity.slots)
         self.redis = redis
         self.processor = processor
         self.timing = timing or Timing()
         self.clock = clock or SystemClock()
         self.records = records or RecordLog(settings.state_dir)
         self.life = Lifecycle()
-        self.capacity = Capacity(settings.concurrency, self.timing.batch)
+        self.capacity = Capacity(self.live_slots(), self.timing.batch)
         self.running: dict[tuple[str, str], Running] = {}
         self.idle = asyncio.Event()
         self.idle.set()
@@ -118,6 +119,7 @@ class Worker:
             profiles,
             self.beat_jobs,
             self.promised,
+            lambda: self.capacity.slots,
         )
         processor.at_start = self.at_start
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -153,7 +155,7 @@ class Worker:
             "worker_started",
             host=self.settings.host,
             queues=list(self.lanes),
-            concurrency=self.settings.concurrency,
+            concurrency=self.capacity.slots,
         )
         background = [asyncio.create_task(loop) for loop in self._loops()]
         self.notifier.ready(self.status_line())  # boot is done and the claim loops are started
@@ -217,6 +219,7 @@ class Worker:
             # apart from the renewals: a hung Redis call here must never delay a lock's judgement
             every("recover", self.settings.renew_s, self._recover, life),
             every("heartbeat", self.timing.heartbeat_s, self._beat, life),
+            every("concurrency", SLOTS_EVERY_S, self._follow_slots, life, jitter=False),
             every(
                 "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
@@ -248,6 +251,22 @@ class Worker:
             ]
         return loops
 
+    def live_slots(self) -> int:
+        """This host's job slots as the config says now (settings.json's `concurrency`)."""
+        overlay = self.processor.config().overlay
+        return overlay.slots_for(self.settings.host, self.settings.concurrency)
+
+    async def _follow_slots(self) -> None:
+        """A reload that changes this host's slots applies at once: more are claimed into
+        now; fewer let the running jobs finish and claim nothing until below the new count."""
+        slots = self.live_slots()
+        if slots != self.capacity.slots:
+            event("concurrency_changed", host=self.settings.host, before=self.capacity.slots,
+                  after=slots, running=len(self.running))  # fmt: skip
+            self.capacity.resize(slots)
+            for lane in self.lanes.values():
+                lane.wake.set()
+
     async def _beat(self) -> None:
         await self.upkeep.beat(self.timing.heartbeat_s)
         self.notifier.status(self.status_line())
@@ -257,7 +276,7 @@ class Worker:
         running = len(self.running)
         if self.life.draining:
             return f"draining: {running} running"
-        return f"{running}/{self.settings.concurrency} slots"
+        return f"{running}/{self.capacity.slots} slots"
 
     async def _recover(self) -> None:
         for lane in self.lanes.values():
@@ -342,7 +361,7 @@ class Worker:
         used = budget.used() if budget is not None else None
         return AtStart(
             running=len(self.running),
-            slots=self.settings.concurrency,
+            slots=self.capacity.slots,
             memory=used.memory if used else 0,
             memory_limit=budget.memory if budget else 0,
             cpus=used.cpus if used else 0.0,

@@ -1,7 +1,8 @@
-"""Host slot gate: with no host budget configured, at most DISPATCH_CONCURRENCY jobs pass here at
-once (an in-process slot per job, held until the pickup ends); a full host defers `host-slot`.
-With a budget configured it admits without a hold: the host-budget gate bounds the host by
-memory and CPUs instead, so a fixed count would only second-guess it.
+"""Host slot gate: with no host budget configured, at most this host's slots pass here at
+once (settings.json's `concurrency`, as the pickup's config says, else DISPATCH_CONCURRENCY;
+an in-process slot per job, held until the pickup ends); a full host defers `host-slot`. With
+a budget configured it admits without a hold: the host-budget gate bounds the host by memory
+and CPUs instead, so a fixed count would only second-guess it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class HostSlotGate:
     async def check(self, pickup: Pickup) -> Decision:
         if self.budget.configured:
             return ADMIT
-        limit = self.settings.concurrency
+        limit = pickup.config.overlay.slots_for(self.settings.host, self.settings.concurrency)
         ticket = self.slots.try_acquire(HOST_SLOT_KEY, limit, owner=pickup.claim.id)
         if ticket is None:
             busy = "the one host slot is busy" if limit == 1 else f"all {limit} host slots are busy"

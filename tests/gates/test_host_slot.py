@@ -81,3 +81,17 @@ async def test_a_configured_budget_admits_without_a_slot() -> None:
         assert await g.check(p) == Admit()
         assert p.holds == []
     assert slots.keys() == []
+
+
+async def test_the_slots_follow_the_pickups_config_live() -> None:
+    from dispatch.config.schemas import ConfigSnapshot, Overlay
+
+    slots = Slots()
+    g = gate(slots, concurrency=1)
+    first = pickup("a")
+    assert await g.check(first) == Admit()
+    raised = ConfigSnapshot(overlay=Overlay(concurrency={"*": 1, "web-1": 2}))
+    assert await g.check(pickup_of(Job(id="b"), config=raised)) == Admit()  # its own row
+    lowered = ConfigSnapshot(overlay=Overlay(concurrency={"*": 1}))
+    third = await g.check(pickup_of(Job(id="c"), config=lowered))
+    assert isinstance(third, Defer) and third.detail == "the one host slot is busy"

@@ -178,7 +178,8 @@ class WaitGate:
     # -- tier 2 ------------------------------------------------------------------------------
 
     async def _checked(self, look: Look) -> Decision | None:
-        limit = check_slots(self.limits, self.settings.concurrency)
+        slots = look.pickup.config.overlay.slots_for(self.settings.host, self.settings.concurrency)
+        limit = check_slots(self.limits, slots)  # the live value: never its last slot
         ticket = self.slots.try_acquire(CHECK_KEY, limit, owner=look.pickup.job.id)
         if ticket is None:
             return await self._throttled(look, "on this host")
