@@ -16,7 +16,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from dispatch.cli import budget as spend
-from dispatch.cli import filters, inputs, service, story, triggers, waits
+from dispatch.cli import drain, filters, inputs, service, story, triggers, waits
 from dispatch.cli import views as view
 from dispatch.cli.inputs import UsageError
 from dispatch.client import Client
@@ -178,6 +178,10 @@ def cmd_triggers(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     return _with_client(lambda client: triggers.act(client, settings, args), settings)
+
+
+def cmd_drain(args: argparse.Namespace, settings: Settings) -> int:
+    return _with_client(lambda c: drain.run(c, args.host, args.grace, args.wait), settings)
 
 
 def cmd_service(args: argparse.Namespace, settings: Settings) -> int:
@@ -383,6 +387,7 @@ def _parser() -> argparse.ArgumentParser:
     add("top", cmd_top, "a live board of the fleet: hosts, waiting, running, endings")
     add("web", cmd_web, "serve the fleet's web page (dispatch web --help)")
     service.add_command(add, cmd_service)
+    drain.add_command(add, cmd_drain)
     logs = add("logs", cmd_logs, "a job's captured output, from any host; -f follows it")
     logs.add_argument("id")
     logs.add_argument("--attempt", type=inputs.count(1, 100), help="N: that attempt's run")

@@ -49,6 +49,8 @@ def headline(s: Snapshot, x: Extras | None = None) -> str:
         parts.append(f"spend today {dollars(today.used)} of {dollars(today.cap)}{ledger}")
     if gone:
         parts.append(f"gone: {', '.join(gone)}")
+    if draining := [h.name for h in live if h.draining]:
+        parts.append(f"draining: {', '.join(draining)}")
     if x.overdue:
         parts.append(f"overdue: trigger {', '.join(x.overdue)}")
     if failed := sum(s.failures.values()):
@@ -89,7 +91,7 @@ def _queue_row(q: QueueRow) -> tuple[str, ...]:
 
 def _host_row(s: Snapshot, h: HostRow) -> tuple[str, ...]:
     slots = f"{h.running}/{h.slots}" if h.slots is not None else str(h.running)
-    state = "live" if h.alive else "gone"
+    state = ("draining" if h.draining else "live") if h.alive else "gone"
     if h.stuck:
         state += f" ({h.stuck} stuck)"
     beat = f"{age(s.at_ms, h.last_beat_ms)} ago" if h.last_beat_ms else "-"

@@ -135,6 +135,10 @@ def add_command(add: Adder, func: Command) -> None:
     where.add_argument("--user", dest="scope", action="store_const", const="user")
     where.add_argument("--system", dest="scope", action="store_const", const="system")
     p.set_defaults(scope="user")
+    p.add_argument(
+        "--drain", action="store_true", help="restart: drain this host first (dispatch drain)"
+    )
+    p.add_argument("--grace", default="1h", help="with --drain: DURATION its jobs may take")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -147,6 +151,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "uninstall":
         return uninstall(scope)
     if args.action == "restart":
+        if args.drain:
+            return _drained_restart(settings, scope, args.grace)
         return _systemctl(scope, "restart", UNIT)
     return status(scope)
 
@@ -227,3 +233,20 @@ def _systemctl(scope: Scope, *args: str) -> int:
         return subprocess.run([*scope.systemctl, *args]).returncode
     except FileNotFoundError:
         raise DispatchError("systemctl is not installed: this machine has no systemd") from None
+
+
+def _drained_restart(settings: Settings, scope: Scope, grace: str) -> int:
+    """Drain this host's daemon and wait for it to exit (0, so systemd leaves it stopped),
+    then start the unit again: the new install's code, with no job aborted."""
+    import asyncio
+
+    from dispatch.cli import drain
+    from dispatch.client import Client
+
+    async def drained() -> int:
+        async with Client.from_settings(settings) as client:
+            if await drain.started_ms(client, settings.host) is None:
+                return 0  # not running: nothing to drain
+            return await drain.run(client, settings.host, grace, wait=True)
+
+    return asyncio.run(drained()) or _systemctl(scope, "start", UNIT)

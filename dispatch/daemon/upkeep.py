@@ -36,7 +36,8 @@ from redis.asyncio import Redis
 from dispatch.clock import Clock, ServerTime
 from dispatch.config.settings import Settings
 from dispatch.daemon import outcomes
-from dispatch.fleet import skew
+from dispatch.fleet import drain, skew
+from dispatch.fleet.drain import DrainRequest
 from dispatch.fleet.hosts import PROFILES_FIELD
 from dispatch.log import event
 from dispatch.model import encoder
@@ -74,6 +75,7 @@ class Upkeep:
         jobs: Callable[[], list[dict[str, object]]] = list,
         promised: Callable[[], dict[str, float] | None] = lambda: None,
         slots: Callable[[], int] | None = None,
+        draining: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
         self.redis = redis
@@ -88,6 +90,8 @@ class Upkeep:
         self.jobs = jobs  # the running jobs, for `dispatch hosts` (worker.py's beat_jobs)
         self.promised = promised  # memory and CPU reserved against the host budget
         self.slots = slots or (lambda: settings.concurrency)  # live: settings.json may change it
+        self.draining = draining
+        self.drain_asked: DrainRequest | None = None  # for this daemon's start (fleet/drain.py)
         self.started_ms = clock.now_ms()
         self._beats = 0
 
@@ -104,6 +108,12 @@ class Upkeep:
         settled at their reserved amount (`SpendLedger.settle_lost`)."""
         await self.spend.settle_lost()
 
+    async def farewell(self) -> None:
+        """A daemon that stopped cleanly takes its alive key with it: `status` says it is gone
+        at once, and `dispatch drain --wait` returns, rather than 3 beats later. Its last beat
+        stays in `hosts_seen`."""
+        await self.redis.delete(keys.host_alive(self.settings.host, self.settings.prefix))
+
     async def beat(self, period_s: float) -> None:
         alive = keys.host_alive(self.settings.host, self.settings.prefix)
         beat: dict[str, object] = {
@@ -113,6 +123,8 @@ class Upkeep:
             "version": VERSION,
             "started_ms": self.started_ms,
         }
+        if self.draining():
+            beat["draining"] = True
         if self.fingerprint is not None:
             beat["triggers"] = self.fingerprint()
         if self.server_time.offset_ms is None:  # the first beat publishes one too
@@ -131,9 +143,13 @@ class Upkeep:
             p.set(alive, encoder.encode(beat), px=int(period_s * 3000))
             p.hset(keys.hosts_seen(self.settings.prefix), self.settings.host, seen_ms)
             p.time()
+            p.get(keys.host_drain(self.settings.host, self.settings.prefix))
             sent = self.clock.now_ms()
-            _, _, reply = await p.execute()
+            _, _, reply, asked = await p.execute()
         self.server_time.note(reply, sent, self.clock.now_ms())
+        request = drain.decode(asked)
+        if request is not None and request.started_ms == self.started_ms:
+            self.drain_asked = request
         # the pause is followed every other beat (an idle daemon stays near one command a
         # second); the first beat, before any claim, also registers the queues
         if self._beats % 2 == 0:

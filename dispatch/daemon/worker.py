@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from dispatch.clock import Clock, ServerTime, SystemClock
 from dispatch.config.settings import Settings
@@ -37,6 +38,7 @@ from dispatch.daemon.processor import Ending, Processor
 from dispatch.daemon.tasks import Lifecycle, every, supervised
 from dispatch.daemon.upkeep import BEAT_JOBS, OUTPUT_PRUNE_EVERY_S, Upkeep
 from dispatch.errors import RedisUnavailable
+from dispatch.fleet import drain
 from dispatch.gates.wait.state import WaitStates
 from dispatch.log import event
 from dispatch.model import AtStart, DeferRecord, target_text
@@ -120,7 +122,10 @@ class Worker:
             self.beat_jobs,
             self.promised,
             lambda: self.capacity.slots,
+            lambda: self.life.draining,
         )
+        self.drain_grace_s: float | None = None  # asked by `dispatch drain`: its grace
+        self._stop: asyncio.Event | None = None
         processor.at_start = self.at_start
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # asking costs a getpid() on 3.11
@@ -145,6 +150,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then shut down gracefully."""
         self._loop = asyncio.get_running_loop()
+        self._stop = stop
         if not await self._start_serving(stop):
             return
         # What start-up made (modules, settings, scripts) lives as long as the process: out of
@@ -165,7 +171,11 @@ class Worker:
         if self.on_failure is not None:
             await self.on_failure.settle()
         self.records.close()
-        event("worker_stopped", host=self.settings.host)
+        with contextlib.suppress(RedisError, OSError):  # both expire on their own too
+            await self.upkeep.farewell()
+            if self.drain_grace_s is not None:
+                await drain.done(self.redis, self.settings.prefix, self.settings.host)
+        event("worker_stopped", host=self.settings.host, drained=self.drain_grace_s is not None)
 
     async def _start_serving(self, stop: asyncio.Event) -> bool:
         """Load the scripts, beat once (which follows the fleet's pause) and register, retried
@@ -269,6 +279,11 @@ class Worker:
 
     async def _beat(self) -> None:
         await self.upkeep.beat(self.timing.heartbeat_s)
+        asked = self.upkeep.drain_asked
+        if asked is not None and self.drain_grace_s is None and self._stop is not None:
+            self.drain_grace_s = asked.grace_s
+            event("drain_requested", by=asked.by, grace_s=asked.grace_s, running=len(self.running))
+            self._stop.set()  # run() drains as a SIGTERM would, with the request's grace
         self.notifier.status(self.status_line())
 
     def status_line(self) -> str:
@@ -311,8 +326,9 @@ class Worker:
         for lane in self.lanes.values():
             lane.wake.set()
             lane.begin_held()  # claimed: they run (or are handed back) like the others
-        event("worker_draining", running=len(self.running), grace_s=self.settings.shutdown_grace_s)
-        if not await self._idle_within(self.settings.shutdown_grace_s):
+        grace_s = self.drain_grace_s or self.settings.shutdown_grace_s
+        event("worker_draining", running=len(self.running), grace_s=grace_s)
+        if not await self._idle_within(grace_s):
             for entry in self.running.values():
                 entry.signal.abort(SHUTDOWN)
             if not await self._idle_within(self.settings.stop_grace_s + UNSTOPPED_SLACK_S):

@@ -91,6 +91,7 @@ class HostRow:
     offset_ms: int | None = None
     stuck: int = 0  # runs whose stop did not take
     mints: bool = False  # publishes a trigger fingerprint
+    draining: bool = False  # claims nothing more: `dispatch drain`, or a stop under way
     jobs: list[RunningJob] = field(default_factory=list)  # the first the beat names
     promised: Promised | None = None
 
@@ -292,6 +293,7 @@ def _host(name: str, raw: bytes | None, last_beat_ms: int | None) -> HostRow:
         offset_ms=_int(beat.get("offset_ms")),
         stuck=len(beat.get("stuck") or ()),
         mints=isinstance(beat.get("triggers"), str),
+        draining=beat.get("draining") is True,
         jobs=[job for raw in beat.get("jobs") or () if (job := _running(raw)) is not None],
         promised=_promised(beat.get("budget")),
     )

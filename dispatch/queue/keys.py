@@ -96,6 +96,12 @@ def host_alive(host: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}:host:{host}"
 
 
+def host_drain(host: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """STRING JSON with a TTL: `dispatch drain` asks the host's daemon of that start to drain
+    and exit (dispatch/fleet/drain.py); the daemon deletes it on its way out."""
+    return f"{prefix}:host:{host}:drain"
+
+
 @dataclass(frozen=True, slots=True)
 class HostKeys:
     """The keys of one host name; host_*.lua headers name `owner`."""
