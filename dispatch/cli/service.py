@@ -154,7 +154,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.drain:
             return _drained_restart(settings, scope, args.grace)
         return _systemctl(scope, "restart", UNIT)
-    return status(scope)
+    return status(scope, settings)
 
 
 def install(settings: Settings, scope: Scope) -> int:
@@ -184,7 +184,7 @@ def uninstall(scope: Scope) -> int:
     return code or _systemctl(scope, "daemon-reload")
 
 
-def status(scope: Scope) -> int:
+def status(scope: Scope, settings: Settings) -> int:
     fields = "ActiveState,SubState,MainPID,NRestarts,StatusText,ExecMainStatus,UnitFileState"
     done = subprocess.run(
         [*scope.systemctl, "show", UNIT, f"--property={fields}"],
@@ -200,11 +200,34 @@ def status(scope: Scope) -> int:
     said = f"{UNIT} ({scope.name}): {shown.get('ActiveState', '?')} ({shown.get('SubState', '?')})"
     if shown.get("StatusText"):
         said += f", {shown['StatusText']}"
-    print(
-        said
-        + f"; restarts {shown.get('NRestarts', '0')}, enabled: {shown.get('UnitFileState', '?')}"
-    )
+    said += f"; restarts {shown.get('NRestarts', '0')}"
+    print(f"{said}, enabled: {shown.get('UnitFileState', '?')}")
+    print(heartbeat_line(settings))
     return 0 if shown.get("ActiveState") == "active" else 1
+
+
+def heartbeat_line(settings: Settings) -> str:
+    """What the fleet sees of this host: its heartbeat in Redis, bounded like `status`."""
+    import asyncio
+
+    from dispatch.client import Client
+    from dispatch.fleet.view import age, snapshot
+
+    async def read() -> str:
+        async with Client.from_settings(settings) as client:
+            snap = await snapshot(client.redis, client.prefix, timeout_s=3.0)
+        if snap.error:
+            return f"heartbeat: {snap.error}"
+        host = next((h for h in snap.hosts if h.name == settings.host), None)
+        if host is None or not host.alive:
+            return f"heartbeat: none from {settings.host} (not running, or not reaching Redis)"
+        state = "draining" if host.draining else "live"
+        return (
+            f"heartbeat: {settings.host} {state}, {host.running}/{host.slots} slots, version"
+            f" {host.version}, last beat {age(snap.at_ms, host.last_beat_ms)} ago"
+        )
+
+    return asyncio.run(read())
 
 
 def _write(path: Path, text: str, mode: int) -> None:

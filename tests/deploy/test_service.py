@@ -159,12 +159,28 @@ def test_a_system_install_without_root_prints_the_privileged_commands(
     assert not places.exists()
 
 
-def test_status_says_what_systemd_shows(settings: Settings, places: Path, capsys) -> None:
+def test_status_says_what_systemd_shows_and_the_hosts_heartbeat(
+    redis_url: str, prefix: str, tmp_path: Path, places: Path, capsys
+) -> None:
+    import json
+
+    from redis import Redis
+
+    settings = from_env(
+        {"DISPATCH_REDIS_URL": redis_url, "DISPATCH_PREFIX": prefix, "DISPATCH_HOST": "svc-host",
+         "DISPATCH_CONFIG_DIR": str(tmp_path / "config")}
+    )  # fmt: skip
+    beat = {"host": "svc-host", "running": 1, "slots": 3, "version": "9.9"}
+    with Redis.from_url(redis_url) as r:
+        r.sadd(f"{prefix}:hosts", "svc-host")
+        r.set(f"{prefix}:host:svc-host", json.dumps(beat), px=60_000)
     shown = "ActiveState=active\nSubState=running\nNRestarts=2\nStatusText=1/3 slots\n"
     shown += "UnitFileState=enabled\n"
     stub = places.parent / "bin" / "systemctl"
     stub.write_text(f"#!/bin/sh\nprintf '{shown}'\n")
-    assert service.status(service.scopes(settings)["user"]) == 0
-    assert capsys.readouterr().out == (
-        "dispatch.service (user): active (running), 1/3 slots; restarts 2, enabled: enabled\n"
+    assert service.status(service.scopes(settings)["user"], settings) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == (
+        "dispatch.service (user): active (running), 1/3 slots; restarts 2, enabled: enabled"
     )
+    assert said[1].startswith("heartbeat: svc-host live, 1/3 slots, version 9.9, last beat")
