@@ -5,6 +5,7 @@ again in turn, loses no job, runs none twice and spends no attempt."""
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import ExitStack
 from pathlib import Path
@@ -94,3 +95,24 @@ def test_a_rolling_upgrade_of_three_daemons_under_load_loses_and_repeats_nothing
     assert sorted(r["id"] for r in runs) == sorted(submitted)  # each ran, and once
     assert {(r["attempt"], r["outcome"]) for r in runs} == {(1, "completed")}
     assert len(set(submitted)) == len(submitted) >= 30
+
+
+def test_a_job_still_running_at_the_end_of_the_grace_is_handed_back_without_an_attempt(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    env = cli_env(redis_url, prefix, tmp_path / "state", DISPATCH_HOST="d3")
+    go = tmp_path / "go"
+    script = f"while [ ! -e {go} ]; do sleep .05; done"
+    doc = {"id": "kept", "command": ["sh", "-c", script], "attempts": 1}
+    with daemon(env) as first:
+        done = dispatch(env, "submit", "--json", "-", stdin=json.dumps(doc).encode())
+        assert done.returncode == 0, done.stderr
+        job_id = done.stdout.strip()
+        wait_state(env, job_id, "active")
+        drained = dispatch(env, "drain", "d3", "--grace", "1s", "--wait")
+        assert drained.returncode == 0, drained.stderr
+        assert first.wait(timeout=30) == 0
+    assert state_of(env, job_id) in ("waiting", "delayed")  # handed back, not failed
+    go.touch()
+    with daemon(env):  # one attempt allowed: had the drain spent it, this could not run
+        assert wait_state(env, job_id, "completed", "failed") == "completed"
