@@ -115,3 +115,27 @@ async def test_a_lock_keeper_that_stopped_ticking_stops_the_pings(tmp_path: Path
         stop.set()
         await task
     assert heard.messages == []
+
+
+async def test_a_config_reload_is_told_as_reloading_then_ready(tmp_path: Path) -> None:
+    import json
+
+    from dispatch.clock import SystemClock
+    from dispatch.config.watcher import ConfigFiles
+    from dispatch.daemon.assembly import follow_config
+
+    path, config_dir = tmp_path / "notify", tmp_path / "config"
+    config_dir.mkdir()
+    files = ConfigFiles(config_dir, SystemClock(), check_every_s=0.0)
+    with listening(path) as heard:
+        stop = asyncio.Event()
+        n = Notifier({"NOTIFY_SOCKET": str(path)})
+        task = asyncio.create_task(follow_config(files, [], stop, n, every_s=0.02))
+        await asyncio.sleep(0.1)  # a few looks at an unchanged dir: nothing to tell
+        assert heard.messages == []
+        changed = {"version": 1, "settings": {"model": "m1"}}
+        (config_dir / "settings.json").write_text(json.dumps(changed))
+        await eventually(lambda: arrived(heard, lambda t: True, 2), 5)
+        stop.set()
+        await task
+    assert heard.said() == ["RELOADING", "READY"]
