@@ -24,6 +24,7 @@ from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings, from_env
 from dispatch.errors import ConfigError, Conflict, DispatchError, InvalidJob, NotFound
 from dispatch.model import Job, Size, decode_job, new_id
+from dispatch.queue import topology
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -42,12 +43,20 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except (InvalidJob, ConfigError, UsageError) as exc:
         code = _fail(str(exc), 2)
     except (RedisError, OSError) as exc:
-        code = _fail(f"redis: {exc}", 1)
+        code = _redis_failed(exc, f"redis: {exc}")
     except DispatchError as exc:
-        code = _fail(str(exc), 1)
+        code = _redis_failed(exc, str(exc))
     except KeyboardInterrupt:
         code = 1
     sys.exit(code)
+
+
+def _redis_failed(exc: BaseException, said: str) -> int:
+    """A cluster node's redirection (a bare `MOVED 16315 ...`) is said for what it means: the
+    URL names a cluster, which dispatch does not serve yet; that is configuration, exit 2."""
+    if topology.redirected(exc):
+        return _fail(topology.not_yet(), 2)
+    return _fail(said, 1)
 
 
 def _fail(reason: str, code: int) -> int:

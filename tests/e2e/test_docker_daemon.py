@@ -76,9 +76,17 @@ def test_doctor_passes_on_a_healthy_host_and_names_each_failure(env: dict[str, s
     healthy = dispatch(env, "doctor")
     assert healthy.returncode == 0, healthy.stdout
     names = [line.split()[1] for line in healthy.stdout.splitlines()]
-    checks = ["redis", "redis-version", "maxmemory-policy", "scripts", "docker", "image"]
-    assert names[:7] == [*checks, "config"]
-    assert "job-network" in names[7:]  # and the egress lines that apply (tests/e2e/test_egress.py)
+    checks = [
+        "redis",
+        "redis-version",
+        "redis-topology",
+        "maxmemory-policy",
+        "scripts",
+        "docker",
+        "image",
+    ]
+    assert names[:8] == [*checks, "config"]
+    assert "job-network" in names[8:]  # and the egress lines that apply (tests/e2e/test_egress.py)
     broken = dispatch(
         {**env, "DISPATCH_REDIS_URL": "redis://127.0.0.1:1/0", "DISPATCH_IMAGE": "nope:1"}, "doctor"
     )

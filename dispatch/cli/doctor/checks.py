@@ -22,6 +22,7 @@ from dispatch.config.schemas import FILES, SecretProfile
 from dispatch.config.settings import Settings
 from dispatch.errors import ConfigError
 from dispatch.queue.scripts import all_scripts, load_all, lua_dir
+from dispatch.queue.topology import cluster_size, not_yet
 from dispatch.runners.docker import DockerClient, DockerError, ImageMissing
 
 _MIN_REDIS = (7, 0)
@@ -92,11 +93,23 @@ async def redis_checks(redis_url: str) -> list[Check]:
         except (RedisError, OSError) as exc:
             return [Check("redis", False, f"{_where(redis)} unreachable: {type(exc).__name__}")]
         checks = [Check("redis", True, f"reachable at {_where(redis)}"), version_check(info)]
+        checks.append(await _topology_check(redis))
         checks.append(policy_check(await _policy(redis)))
         checks.append(await _scripts_check(redis))
         return checks
     finally:
         await redis.aclose()
+
+
+async def _topology_check(redis: Redis) -> Check:
+    """Standalone, or a cluster node: dispatch would half-work on one (queue/topology.py)."""
+    try:
+        size = await cluster_size(redis)
+    except RedisError as exc:
+        return Check("redis-topology", True, f"unreadable ({type(exc).__name__})", warn=True)
+    if size is None:
+        return Check("redis-topology", True, "standalone")
+    return Check("redis-topology", False, not_yet(size))
 
 
 async def _scripts_check(redis: Redis) -> Check:

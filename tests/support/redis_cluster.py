@@ -1,0 +1,85 @@
+"""A throwaway Redis Cluster of three primaries on free loopback ports: three `redis-server
+--cluster-enabled yes` processes joined by `redis-cli --cluster create`, up once every node
+says `cluster_state:ok`. Nothing here is mocked: the nodes answer MOVED and CROSSSLOT as a
+managed cluster would."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from tests.support.polling import eventually_sync
+from tests.support.redis_server import free_port
+
+
+@contextmanager
+def redis_cluster(workdir: Path, primaries: int = 3) -> Iterator[list[str]]:
+    """The nodes' URLs, while the cluster runs."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        pytest.fail("redis-server is not installed; run the README's test command")
+    ports = [cluster_port() for _ in range(primaries)]
+    procs = []
+    try:
+        for port in ports:
+            node = workdir / str(port)
+            node.mkdir(parents=True)
+            procs.append(subprocess.Popen(
+                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+                 "--dir", str(node)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+        eventually_sync(lambda: all(_answers(p) for p in ports), 10)
+        created = subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stdout + created.stderr
+        eventually_sync(lambda: all(_state_ok(p) for p in ports), 30)
+        yield [f"redis://127.0.0.1:{p}/0" for p in ports]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it) is free too and exists."""
+    while True:
+        port = free_port() % 50_000 + 1_024
+        if _free(port) and _free(port + 10_000):
+            return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _answers(port: int) -> bool:
+    try:
+        with Redis(port=port, socket_timeout=1) as r:
+            return bool(r.ping())
+    except OSError:
+        return False
+    except Exception:  # still starting: LOADING, or the connection not yet accepted
+        return False
+
+
+def _state_ok(port: int) -> bool:
+    with Redis(port=port, socket_timeout=1) as r:
+        return r.cluster("INFO").get("cluster_state") == "ok"
