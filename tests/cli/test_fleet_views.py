@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from dispatch.cli.fleet_extras import Extras, extras
 from dispatch.cli.fleet_views import headline, status_text
@@ -21,6 +20,7 @@ from dispatch.spend.plan import MICRO
 from dispatch.spend.standing import Line
 from dispatch.triggers.control import OVERDUE_AFTER_MS, _overdue
 from dispatch.triggers.spec import compile_trigger
+from tests.support.redis_errors import mute_redis
 
 
 def day(ledger: str, used: float, cap: float) -> Line:
@@ -56,25 +56,12 @@ def test_a_trigger_is_overdue_only_once_it_minted_and_then_missed_one() -> None:
 async def test_a_redis_that_stops_answering_gives_a_status_without_spend_and_triggers(
     tmp_path: Path,
 ) -> None:
-    held: list[asyncio.StreamWriter] = []
-
-    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)  # takes the commands, answers nothing
-
     config = tmp_path / "config"
     config.mkdir()
     limits = {"version": 1, "limits": [{"scope": "*", "day": 10}]}
     (config / "scoped-limits.json").write_text(json.dumps(limits))
-    server = await asyncio.start_server(mute, "127.0.0.1", 0)
-    client = Redis.from_url(f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0")
     settings = replace(from_env({"DISPATCH_CONFIG_DIR": str(config)}), prefix="p")
-    try:
+    async with mute_redis() as client:
         found = await asyncio.wait_for(extras(client, settings, 0, timeout_s=0.3), 5)
-    finally:
-        await client.aclose()
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
     assert found.spend == [] and found.missing.endswith("did not answer within 0.3 s")
     assert status_text(Snapshot(at_ms=1), found).endswith(found.missing)

@@ -9,13 +9,13 @@ import json
 
 import msgspec
 import pytest
-from redis.asyncio import Redis
 
 from dispatch.fleet import view
 from dispatch.model import DeferRecord, Job, RunRecord, encode_job, iso
 from dispatch.queue import keys
 from dispatch.queue.transitions import Finish, NewJob, Queue
 from dispatch.reasons import Outcome
+from tests.support.redis_errors import mute_redis
 
 pytestmark = pytest.mark.anyio
 
@@ -123,20 +123,6 @@ async def test_the_last_hours_failures_by_reason_and_the_newest_endings(
 
 
 async def test_a_redis_that_never_answers_gives_a_snapshot_that_says_so() -> None:
-    held: list[asyncio.StreamWriter] = []
-
-    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)  # takes the commands, answers nothing
-
-    server = await asyncio.start_server(mute, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = Redis.from_url(f"redis://127.0.0.1:{port}/0")
-    try:
+    async with mute_redis() as client:
         found = await asyncio.wait_for(view.snapshot(client, "p", timeout_s=0.5), 5)
-    finally:
-        await client.aclose()
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
     assert found.error == "Redis did not answer within 0.5 s" and found.hosts == []

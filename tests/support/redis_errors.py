@@ -3,6 +3,10 @@ mode, and a way to make a client meet them."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -30,3 +34,24 @@ async def answering_errors(client: Redis) -> None:
         except RedisError:
             return
     raise AssertionError("the proxy never answered with an error")
+
+
+@contextlib.asynccontextmanager
+async def mute_redis() -> AsyncIterator[Redis]:
+    """A client of a server that takes every command and answers none: a frozen Redis, on
+    this test's own loop (the proxy's `blackhole`, without a real server behind it)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    client = Redis.from_url(f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0")
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
