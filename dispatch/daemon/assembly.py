@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import uvloop
@@ -241,7 +241,9 @@ async def _work(
     keeper = None
     if egress is not None:
         keeper = asyncio.create_task(supervised("egress", lambda: egress.keep(stop), OnStop(stop)))
-    follower = asyncio.create_task(follow_config(config, queues, stop, worker.notifier))
+    follower = asyncio.create_task(
+        follow_config(config, queues, stop, worker.notifier, worker.follow_slots)
+    )
     reconciler = asyncio.create_task(
         reconcile_every(settings.reconcile_s, stop, runner, settings.host, queues, worker.held)
     )
@@ -320,11 +322,13 @@ async def follow_config(
     queues: list[Queue],
     stop: asyncio.Event,
     notifier: Notifier | None = None,
+    applied: Callable[[], None] = lambda: None,
     every_s: float = 1.0,
 ) -> None:
-    """When the config files change, jobs they held are checked again at once, rather than at
-    their re-check time (10 minutes for newer-release, a window's old end for pause-window);
-    systemd is told RELOADING, then READY once that is done."""
+    """When the config files change, what reads them live takes the new copy (`applied`: the
+    host's slots), and jobs they held are checked again at once, rather than at their re-check
+    time (10 minutes for newer-release, a window's old end for pause-window); systemd is told
+    RELOADING, then READY once that is done."""
     last = config.current()
     notifier = notifier or Notifier({})
 
@@ -334,6 +338,7 @@ async def follow_config(
         if current is not last:
             last = current
             notifier.reloading()
+            applied()
             await recheck_held(queues)
             notifier.ready()
 

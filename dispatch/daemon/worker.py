@@ -55,7 +55,7 @@ __all__ = ["Running", "Timing", "Worker"]
 FLUSH_AT_SHUTDOWN_S = 10.0
 START_RETRY_S = 0.5
 MAX_START_RETRY_S = 15.0
-SLOTS_EVERY_S = 1.0  # how soon a changed `concurrency` in settings.json applies (as a reload)
+FAREWELL_S = 2.0  # the last beat's removal, bounded: a frozen Redis must not hold up the exit
 UNSTOPPED_SLACK_S = 15.0  # past the stop grace, how long shutdown waits for runs to be gone
 
 
@@ -172,10 +172,13 @@ class Worker:
             await self.on_failure.settle()
         self.records.close()
         with contextlib.suppress(RedisError, OSError):  # both expire on their own too
-            await self.upkeep.farewell()
-            if self.drain_grace_s is not None:
-                await drain.done(self.redis, self.settings.prefix, self.settings.host)
+            await asyncio.wait_for(self._farewell(), FAREWELL_S)
         event("worker_stopped", host=self.settings.host, drained=self.drain_grace_s is not None)
+
+    async def _farewell(self) -> None:
+        await self.upkeep.farewell()
+        if self.drain_grace_s is not None:
+            await drain.done(self.redis, self.settings.prefix, self.settings.host)
 
     async def _start_serving(self, stop: asyncio.Event) -> bool:
         """Load the scripts, beat once (which follows the fleet's pause) and register, retried
@@ -229,7 +232,6 @@ class Worker:
             # apart from the renewals: a hung Redis call here must never delay a lock's judgement
             every("recover", self.settings.renew_s, self._recover, life),
             every("heartbeat", self.timing.heartbeat_s, self._beat, life),
-            every("concurrency", SLOTS_EVERY_S, self._follow_slots, life, jitter=False),
             every(
                 "prune-output", OUTPUT_PRUNE_EVERY_S, self.upkeep.prune_output, life, at_start=True
             ),
@@ -266,9 +268,10 @@ class Worker:
         overlay = self.processor.config().overlay
         return overlay.slots_for(self.settings.host, self.settings.concurrency)
 
-    async def _follow_slots(self) -> None:
-        """A reload that changes this host's slots applies at once: more are claimed into
-        now; fewer let the running jobs finish and claim nothing until below the new count."""
+    def follow_slots(self) -> None:
+        """After a config reload (assembly.follow_config): a change of this host's slots
+        applies at once; more are claimed into now, fewer let the running jobs finish and
+        claim nothing until below the new count."""
         slots = self.live_slots()
         if slots != self.capacity.slots:
             event("concurrency_changed", host=self.settings.host, before=self.capacity.slots,
