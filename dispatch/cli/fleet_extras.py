@@ -11,6 +11,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.config.settings import Settings
 from dispatch.spend.plan import MICRO
 from dispatch.spend.standing import Line
@@ -43,23 +44,32 @@ class Extras:
         }
 
 
-async def extras(redis: Redis, settings: Settings, at_ms: int, timeout_s: float = 5.0) -> Extras:
+async def extras(
+    redis: Redis,
+    settings: Settings,
+    at_ms: int,
+    timeout_s: float = 5.0,
+    config: ConfigSnapshot | None = None,
+) -> Extras:
     """Bounded like the snapshot: a Redis that stops answering after the snapshot was read
     gives a status without these parts and a line saying so, never a hang."""
     try:
-        return await asyncio.wait_for(_extras(redis, settings, at_ms), timeout_s)
+        return await asyncio.wait_for(_extras(redis, settings, at_ms, config), timeout_s)
     except TimeoutError:
         return Extras(missing=f"spend and triggers: Redis did not answer within {timeout_s:g} s")
 
 
-async def _extras(redis: Redis, settings: Settings, at_ms: int) -> Extras:
+async def _extras(
+    redis: Redis, settings: Settings, at_ms: int, config: ConfigSnapshot | None
+) -> Extras:
+    """`config`: the caller's copy of the files (the web page keeps a watcher); else read."""
     from dispatch.config.watcher import load_once
     from dispatch.spend.standing import lines
     from dispatch.triggers import control
     from dispatch.triggers.spec import compile_all
     from dispatch.triggers.store import TriggerStore
 
-    config = load_once(settings.config_dir)
+    config = config or load_once(settings.config_dir)
     spent = await lines(redis, settings.prefix, config.limits, config.overlay, at_ms)
     store = TriggerStore(redis, settings.prefix)
     rows = await control.rows(store, compile_all(config.triggers), at_ms)

@@ -52,10 +52,9 @@ async def jobs(request: Request) -> Response:
 async def job(request: Request) -> Response:
     web = web_of(request)
     job_id = _job_id(request)
-    view, story = await told(web.client, job_id)
+    view, runs, story = await told(web.client, job_id, last=20)
     k = keys.queue_keys(view.queue, web.client.prefix)
     document = await web.client.redis.hget(k.data, view.id)
-    runs = await web.client.records_of(view, last=20)
     return web.page(
         request,
         "job.html",
@@ -89,7 +88,7 @@ async def triggers(request: Request) -> Response:
 async def spend(request: Request) -> Response:
     web = web_of(request)
     frame = await web.feed.latest()
-    charts = await spend_history.spend(web.client, web.settings)
+    charts = await spend_history.spend(web.client, web.config.current())
     return web.page(request, "spend.html", charts=charts, x=frame.extras, title="Spend")
 
 

@@ -13,7 +13,9 @@ from starlette.templating import Jinja2Templates
 
 from dispatch.cli.fleet_extras import Extras, extras
 from dispatch.client import Client
+from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
+from dispatch.config.watcher import ConfigFiles
 from dispatch.fleet.view import Snapshot, snapshot
 from dispatch.web import words
 from dispatch.web.auth import Gate
@@ -30,6 +32,8 @@ class Web:
         self.settings = settings
         self.client = client
         self.gate = gate
+        # the files as the daemon reads them: stat'ed at most once a second, parsed on change
+        self.config = ConfigFiles(settings.config_dir, SystemClock())
         self.feed = Feed(self._read, every_s)
         self.templates = Jinja2Templates(env=_environment())
         self._rendered: tuple[int, str] = (0, "")
@@ -38,7 +42,8 @@ class Web:
         snap = await snapshot(self.client.redis, self.client.prefix, READ_S)
         if snap.error:
             return snap, Extras()
-        return snap, await extras(self.client.redis, self.settings, snap.at_ms, READ_S)
+        config = self.config.current()
+        return snap, await extras(self.client.redis, self.settings, snap.at_ms, READ_S, config)
 
     def overview_html(self, frame: Frame) -> str:
         """The overview's body for `frame`, rendered once however many streams send it."""

@@ -20,8 +20,6 @@ from dispatch.cli.fleet_extras import dollars
 from dispatch.client import Client
 from dispatch.config.limits import parse_scope, zone
 from dispatch.config.schemas import ConfigSnapshot
-from dispatch.config.settings import Settings
-from dispatch.config.watcher import load_once
 from dispatch.queue.keys import BudgetKeys, budget_keys
 from dispatch.spend.plan import Metric, caps_of, ledger_of, soft_of
 from dispatch.spend.windows import Window, WindowKind, window
@@ -82,10 +80,9 @@ class _Plan:
     keys: list[str]
 
 
-async def spend(client: Client, settings: Settings) -> list[Chart]:
+async def spend(client: Client, config: ConfigSnapshot) -> list[Chart]:
     """A chart per ledger, metric and window of this machine's scoped-limits.json; the current
     period is read with the past ones, in one round trip, so every bar is of one instant."""
-    config = load_once(settings.config_dir)
     plans = _plans(config, client.clock.now_ms(), budget_keys(client.prefix))
     if not plans:
         return []

@@ -212,7 +212,7 @@ async def test_each_ledger_and_window_is_read_for_the_last_30_days_from_the_caps
     redis: Redis, prefix: str, settings: Settings, client: Client
 ) -> None:
     await spent(redis, prefix, settings)
-    charts = await spend_history.spend(client, settings)
+    charts = await spend_history.spend(client, load_once(settings.config_dir))
     assert [(c.ledger, c.metric, c.kind) for c in charts] == [
         ("the whole fleet", "runs", "day"), ("the whole fleet", "usd", "day"),
         ("acme/web", "runs", "week"),
