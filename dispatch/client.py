@@ -38,7 +38,8 @@ from dispatch.model import (
     one_line,
 )
 from dispatch.queue import fleet_pause, keys
-from dispatch.queue.connect import redis_client
+from dispatch.queue.connect import redis_client, settled
+from dispatch.queue.faults import REDIS_FAULTS
 from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.heartbeats import heartbeats as heartbeats_of
 from dispatch.queue.transitions import Enqueued, NewJob, Queue
@@ -135,17 +136,24 @@ class Client:
         self.prefix = prefix
         self.host = host or default_host()
         self.clock: Clock = clock or SystemClock()
+        self._unsettled_url = ""  # a URL whose server is asked, on entry, if it is a cluster
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
         redis = redis_client(settings.redis_url, socket_timeout=_SOCKET_TIMEOUT_S)
-        return cls(redis, settings.prefix, settings.host)
+        client = cls(redis, settings.prefix, settings.host)
+        client._unsettled_url = settings.redis_url
+        return client
 
     @classmethod
     def from_env(cls) -> Client:
         return cls.from_settings(from_env())
 
     async def __aenter__(self) -> Client:
+        if self._unsettled_url:  # a Redis away now: the first call says so, as it would
+            with contextlib.suppress(*REDIS_FAULTS):
+                self.redis = await settled(self.redis, self._unsettled_url, _SOCKET_TIMEOUT_S)
+                self._unsettled_url = ""
         return self
 
     async def __aexit__(

@@ -52,10 +52,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 def _redis_failed(exc: BaseException, said: str) -> int:
-    """A cluster node's redirection (a bare `MOVED 16315 ...`) is said for what it means: the
-    URL names a cluster, which dispatch does not serve yet; that is configuration, exit 2."""
+    """A cluster's redirection the client could not follow is said for what it is, never as a
+    bare `16315 127.0.0.1:7003` (what redis-py makes of MOVED)."""
     if topology.redirected(exc):
-        return _fail(topology.not_yet(), 2)
+        return _fail(topology.said(exc), 1)
     return _fail(said, 1)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from dispatch.config.redis_target import redis_target
 from dispatch.config.units import (
     MAX_HOST_CPUS,
     MAX_HOST_MEMORY,
@@ -147,8 +148,11 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
 
 
 def _redis_url(raw: str) -> str:
-    if raw and not raw.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"DISPATCH_REDIS_URL={shown(raw)}: use redis://, rediss:// or unix://")
+    if raw:
+        try:
+            redis_target(raw)
+        except ValueError as exc:  # the password stays out of the line: the reason only
+            raise ConfigError(f"DISPATCH_REDIS_URL: {exc}") from None
     return raw
 
 

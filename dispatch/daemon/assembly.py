@@ -16,7 +16,6 @@ from functools import partial
 
 import uvloop
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from dispatch.clock import ServerTime, SystemClock
 from dispatch.config.settings import Settings
@@ -32,7 +31,7 @@ from dispatch.daemon.tasks import OnStop, every, supervised
 from dispatch.daemon.worker import Worker
 from dispatch.egress.guard import EgressGuard
 from dispatch.egress.guarded import guarded
-from dispatch.errors import ConfigError, RedisUnavailable
+from dispatch.errors import RedisUnavailable
 from dispatch.fleet.host_budget import HostBudget
 from dispatch.fleet.hosts import DeclaredProfiles, LiveHosts
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
@@ -45,8 +44,7 @@ from dispatch.gates.wait.profiles import ProfileRunner
 from dispatch.gates.wait.state import WaitStates, wait_state_ttl_ms
 from dispatch.host.files import allowed_folder
 from dispatch.log import event, log
-from dispatch.queue.connect import redis_client
-from dispatch.queue.topology import cluster_size, not_yet
+from dispatch.queue.connect import client_like, open_redis
 from dispatch.queue.transitions import Queue
 from dispatch.reasons import NEWER_RELEASE, PAUSE_WINDOW, SHUTDOWN
 from dispatch.records.disk_log import RecordLog
@@ -100,11 +98,10 @@ async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None =
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    redis = redis_client(settings.redis_url, socket_timeout=15)
-    blocking = redis_client(settings.redis_url, socket_timeout=30)
+    redis = await open_redis(settings.redis_url, socket_timeout=15)
+    blocking = client_like(redis, settings.redis_url, socket_timeout=30)
     owner = HostOwner(redis, settings, holder)
     try:
-        await _standalone(redis)
         await owner.take()  # before boot: a second daemon must not touch the first one's runs
         event("daemon_starting", host=settings.host, runner=settings.runner)
         await _serve_as_owner(settings, redis, blocking, owner, stop)
@@ -113,18 +110,6 @@ async def serve(settings: Settings, holder: Holder, stop: asyncio.Event | None =
         await blocking.aclose()
     if owner.lost:
         raise owner.taken_over()
-
-
-async def _standalone(redis: Redis) -> None:
-    """Refuse a cluster node at start (exit 2, not restarted): on one, a claim would work for
-    the queues whose slots it owns and fail for the rest (queue/topology.py). A Redis that
-    cannot be asked yet is left to the start's own retries."""
-    try:
-        size = await cluster_size(redis)
-    except (RedisError, OSError):
-        return
-    if size is not None:
-        raise ConfigError(not_yet(size))
 
 
 async def _serve_as_owner(

@@ -42,6 +42,7 @@ from dispatch.fleet.hosts import PROFILES_FIELD
 from dispatch.log import event
 from dispatch.model import encoder
 from dispatch.queue import fleet_pause, keys
+from dispatch.queue.connect import with_time
 from dispatch.queue.transitions import Claim, Queue
 from dispatch.runners.output import output_dir, output_name, prune
 from dispatch.spend.ledger import SpendLedger
@@ -142,10 +143,9 @@ class Upkeep:
         async with self.redis.pipeline(transaction=False) as p:
             p.set(alive, encoder.encode(beat), px=int(period_s * 3000))
             p.hset(keys.hosts_seen(self.settings.prefix), self.settings.host, seen_ms)
-            p.time()
             p.get(keys.host_drain(self.settings.host, self.settings.prefix))
             sent = self.clock.now_ms()
-            _, _, reply, asked = await p.execute()
+            reply, (_, _, asked) = await with_time(self.redis, p)
         self.server_time.note(reply, sent, self.clock.now_ms())
         request = drain.decode(asked)
         if request is not None and request.started_ms == self.started_ms:

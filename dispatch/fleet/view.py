@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 from dispatch import reasons
 from dispatch.model import DeferRecord, RunRecord, instant_ms
 from dispatch.queue import fleet_pause, heartbeats, keys
+from dispatch.queue.connect import with_time
 
 SAMPLE = 2_000  # delayed jobs per queue whose reason is read
 RECENT_SCAN = 500  # run records per queue read for the last hour's failures
@@ -143,12 +144,11 @@ async def snapshot(redis: Redis, prefix: str, timeout_s: float = 5.0) -> Snapsho
 
 async def _read(redis: Redis, prefix: str) -> Snapshot:
     async with redis.pipeline(transaction=False) as p:
-        p.time()
         p.smembers(keys.queues_registry(prefix))
         p.smembers(keys.hosts_registry(prefix))
         p.hgetall(keys.hosts_seen(prefix))
         p.get(keys.fleet_paused(prefix))
-        (seconds, micros), queue_names, host_names, seen, standing = await p.execute()
+        (seconds, micros), (queue_names, host_names, seen, standing) = await with_time(redis, p)
     snap = Snapshot(at_ms=int(seconds) * 1000 + int(micros) // 1000)
     names = sorted({_text(n) for n in queue_names} | {fleet_pause.SHARED_QUEUE})
     last_seen = {_text(h): int(ms) for h, ms in seen.items()}

@@ -7,20 +7,32 @@ arguments go to hiredis as they are (it writes them as the encoder would, at a t
 cost for a finish of 50 jobs); anything else, or another encoding, goes through the
 connection's own encoder first. A first argument holding spaces ('CONFIG GET') is split as
 redis-py splits it.
+
+A Redis Cluster is served through redis-py's `RedisCluster`, built from the seeds of
+DISPATCH_REDIS_URL (config/redis_target.py). It is handed around typed as `Redis`: it answers
+the same commands, and the few places that reach below the commands (`wire.send_all`, a
+script load, a watched transaction) ask `is_cluster` first.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 import hiredis
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.exceptions import RedisClusterException, RedisError
+
+from dispatch.config.redis_target import redis_target
 
 
 class FastPacking:
@@ -66,7 +78,120 @@ FAST: dict[type[AbstractConnection], type[AbstractConnection]] = {
 
 
 def redis_client(url: str, socket_timeout: float) -> Redis:
-    """Timeouts everywhere: a silent server must surface as an error, never as a hang."""
+    """A client of the target `url` names, without asking it what it is: a cluster when the URL
+    says so (a +cluster scheme, several seeds), else one server. `open_redis` asks.
+
+    Timeouts everywhere: a silent server must surface as an error, never as a hang."""
+    target = redis_target(url)
+    if target.cluster:
+        return cluster_client(target.urls, socket_timeout)
+    return _server_client(target.urls[0], socket_timeout)
+
+
+async def open_redis(url: str, socket_timeout: float) -> Redis:
+    """A client of the target `url` names, a cluster's when the server says it is a node of one
+    (`INFO cluster`). A server that cannot be asked raises, as its first command would."""
+    redis = redis_client(url, socket_timeout)
+    try:
+        return await settled(redis, url, socket_timeout)
+    except BaseException:
+        await redis.aclose()
+        raise
+
+
+async def settled(redis: Redis, url: str, socket_timeout: float) -> Redis:
+    """`redis` (a client of `url` from `redis_client`), or, when the one server it names is a
+    node of a cluster, a cluster client in its place (`redis` is closed). One round trip, and
+    none for a cluster already known or a unix socket (which a cluster client cannot use).
+    A server that cannot be asked raises, `redis` left open."""
+    if is_cluster(redis) or url.startswith("unix://"):
+        return redis
+    info = await redis.info("cluster")
+    if str(info.get("cluster_enabled", "0")) != "1":
+        return redis
+    await redis.aclose()
+    return cluster_client(redis_target(url).urls, socket_timeout)
+
+
+def client_like(redis: Redis, url: str, socket_timeout: float) -> Redis:
+    """Another client of `url`, of the kind `open_redis` found `redis` to be, without asking."""
+    target = redis_target(url)
+    if is_cluster(redis):
+        return cluster_client(target.urls, socket_timeout)
+    return _server_client(target.urls[0], socket_timeout)
+
+
+async def with_time(redis: Redis, pipe: Pipeline) -> tuple[Any, list[Any]]:
+    """The server's TIME reply and the pipeline's replies, read in one round trip: TIME joins
+    the pipeline on one server; a cluster's pipeline takes no keyless command, so there it is
+    asked of a node alongside (its nodes keep their own clocks, as close as NTP holds them)."""
+    if is_cluster(redis):
+        time, replies = await asyncio.gather(redis.time(), pipe.execute())
+        return time, replies
+    pipe.time()
+    *replies, time = await pipe.execute()
+    return time, replies
+
+
+def is_cluster(redis: Redis) -> bool:
+    return isinstance(redis, RedisCluster)
+
+
+class ClusterFault(RedisError):
+    """A cluster client's own refusal (no seed reachable, a slot no node serves, keys of one
+    call in several slots), which redis-py raises outside `RedisError`: as one, every caller
+    that handles a Redis fault handles it."""
+
+
+class _FaultsAsRedisErrors(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except RedisClusterException as exc:
+            raise ClusterFault(str(exc)) from exc
+
+
+class Cluster(RedisCluster):
+    """redis-py's cluster client whose own refusals are `ClusterFault`s."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise ClusterFault(str(exc)) from exc
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> Cluster:
+        try:
+            await super().initialize(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise ClusterFault(str(exc)) from exc
+        return self
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        if shard_hint:
+            raise ClusterFault("a cluster pipeline takes no shard hint")
+        return _FaultsAsRedisErrors(self, transaction)  # type: ignore[abstract]
+
+
+def cluster_client(seeds: tuple[str, ...], socket_timeout: float) -> Redis:
+    """The first seed gives the credentials and options; every seed is a start-up node."""
+    nodes = [ClusterNode(*_host_port(url)) for url in seeds[1:]]
+    cluster = Cluster.from_url(
+        seeds[0],
+        startup_nodes=nodes,
+        socket_connect_timeout=5,
+        socket_timeout=socket_timeout,
+        health_check_interval=30,
+    )
+    return cast(Redis, cluster)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parsed = urlsplit(url)
+    return parsed.hostname or "localhost", parsed.port or 6379
+
+
+def _server_client(url: str, socket_timeout: float) -> Redis:
     pool = ConnectionPool.from_url(
         url, socket_connect_timeout=5, socket_timeout=socket_timeout, health_check_interval=30
     )

@@ -17,6 +17,7 @@ Being a reply value rather than an error reply, it cannot be mistaken for one by
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
@@ -133,7 +134,11 @@ def all_scripts() -> list[Script]:
 
 
 async def load_all(redis: Redis) -> None:
-    """Load every script so pipelined EVALSHA calls cannot meet NOSCRIPT."""
+    """Load every script so pipelined EVALSHA calls cannot meet NOSCRIPT: on every primary of
+    a cluster (redis-py sends a SCRIPT LOAD to each, one at a time, so the loads go at once)."""
+    if isinstance(redis, RedisCluster):
+        await asyncio.gather(*(redis.script_load(s.source) for s in all_scripts()))
+        return
     async with redis.pipeline(transaction=False) as pipe:
         for s in all_scripts():
             pipe.script_load(s.source)

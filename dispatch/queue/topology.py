@@ -1,21 +1,27 @@
-"""What the Redis at DISPATCH_REDIS_URL is: a standalone server, or a node of a Redis Cluster.
+"""What the Redis at DISPATCH_REDIS_URL is, in words an operator can check: a standalone server,
+or a Redis Cluster with its primaries, their replicas, whether every slot is served, and which
+node holds each of the hash tags dispatch uses.
 
-dispatch serves a standalone Redis (or Valkey) for now. A cluster node answers most commands
-for keys of its own slots and MOVED (or ASK, CROSSSLOT) for the rest, so pointed at one a
-command sometimes works and sometimes fails with a bare redirection: the doctor says what it
-talks to, the daemon refuses to start on one (exit 2, the unit does not restart it), and the
-command line turns a redirection into one line saying why.
+A client opened by `queue.connect.open_redis` is already the right kind; `describe` reads the
+cluster's own view of itself (`CLUSTER INFO` and a `PING` from every primary, `CLUSTER SLOTS`
+for the map) so that a cluster that cannot serve every key is reported, never called "ok". A
+command that still meets a redirection (a slot that moved more often than the client follows)
+is said in one line by the command line (`redirected`, `said`).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 
 if TYPE_CHECKING:  # the command line imports this for `redirected` alone
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
+SLOTS = 16_384
 _REDIRECTIONS = ("MOVED", "ASK", "CROSSSLOT", "CLUSTERDOWN", "TRYAGAIN")
 _CLUSTER_ERRORS = (
     redis_errors.AskError,  # MovedError is one
@@ -23,24 +29,76 @@ _CLUSTER_ERRORS = (
     redis_errors.ClusterDownError,
     redis_errors.TryAgainError,
 )
-NOT_YET = (
-    "DISPATCH_REDIS_URL names a node of a Redis Cluster{size}: dispatch serves a standalone"
-    " Redis or Valkey only, for now (dispatch doctor)"
-)
 
 
-async def cluster_size(redis: Redis) -> int | None:
-    """The cluster's primaries that own slots, or None for a standalone server."""
-    info: dict[str, Any] = await redis.info("cluster")
-    if str(info.get("cluster_enabled", "0")) != "1":
-        return None
-    fields: dict[str, Any] = await redis.cluster("INFO")  # redis-py parses it into a dict
-    size = str(fields.get("cluster_size", "0")).strip()
-    return int(size) if size.isdigit() else 0
+@dataclass
+class Topology:
+    cluster: bool
+    primaries: list[str] = field(default_factory=list)  # host:port, sorted
+    replicas: dict[str, int] = field(default_factory=dict)  # primary -> replicas serving it
+    served: int = 0  # slots a primary serves
+    troubles: list[str] = field(default_factory=list)  # each a reason it cannot serve
+    tags: dict[str, tuple[int, str]] = field(default_factory=dict)  # tag -> (slot, primary)
+
+    def words(self) -> str:
+        if not self.cluster:
+            return "standalone"
+        counts = sorted(set(self.replicas.values()))
+        if counts == [0]:
+            each = "no replicas"
+        elif len(counts) == 1:
+            each = f"{counts[0]} replica(s) each"
+        else:
+            each = "replicas " + "/".join(str(self.replicas[p]) for p in self.primaries)
+        served = f"{self.served} of {SLOTS} slots served"
+        return f"Redis Cluster of {len(self.primaries)} primaries, {each}, {served}"
 
 
-def not_yet(size: int | None = None) -> str:
-    return NOT_YET.format(size=f" ({size} primaries)" if size else "")
+async def describe(redis: Redis, tags: Iterable[str] = ()) -> Topology:
+    """The server's kind; for a cluster, its shape, its troubles and where each of `tags` lives."""
+    from dispatch.queue.connect import ClusterFault, is_cluster
+
+    if not is_cluster(redis):
+        return Topology(cluster=False)
+    cluster: RedisCluster = redis  # type: ignore[assignment]
+    try:
+        await cluster.initialize()
+    except ClusterFault as exc:  # slots uncovered, no seed answering: no map is built
+        return Topology(cluster=True, troubles=[str(exc).splitlines()[0]])
+    manager = cluster.nodes_manager
+    found = Topology(cluster=True, primaries=sorted(n.name for n in cluster.get_primaries()))
+    owners: dict[str, set[str]] = {}
+    for nodes in manager.slots_cache.values():
+        if nodes:
+            found.served += 1
+            owners.setdefault(nodes[0].name, set()).update(n.name for n in nodes[1:])
+    found.replicas = {p: len(owners.get(p, ())) for p in found.primaries}
+    if found.served < SLOTS:
+        found.troubles.append(f"{SLOTS - found.served} slots are served by no primary")
+    found.troubles += await _node_troubles(cluster)
+    for tag in tags:
+        slot = cluster.keyslot(tag)
+        nodes = manager.slots_cache.get(slot) or []
+        found.tags[tag] = (slot, nodes[0].name if nodes else "no primary")
+    return found
+
+
+async def _node_troubles(cluster: RedisCluster) -> list[str]:
+    async def one(node: Any) -> str:
+        try:
+            info: dict[str, Any] = await cluster.execute_command("CLUSTER INFO", target_nodes=node)
+        except (redis_errors.RedisError, OSError) as exc:
+            return f"{node.name} does not answer: {type(exc).__name__}"
+        state = str(info.get("cluster_state", "?"))
+        assigned = info.get("cluster_slots_assigned", "?")
+        return (
+            ""
+            if state == "ok"
+            else f"{node.name} says cluster_state:{state} ({assigned} slots assigned)"
+        )
+
+    said = await asyncio.gather(*(one(n) for n in cluster.get_primaries()))
+    return [s for s in said if s]
 
 
 def redirected(exc: BaseException | None) -> bool:
@@ -53,3 +111,12 @@ def redirected(exc: BaseException | None) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def said(exc: BaseException) -> str:
+    """A redirection in one line: what the cluster answered, and where to look."""
+    kind = type(exc).__name__.removesuffix("Error").upper()
+    return (
+        f"the Redis Cluster answered {kind} ({str(exc).splitlines()[0] if str(exc) else '-'})"
+        " where dispatch could not follow it; dispatch doctor says what it serves"
+    )

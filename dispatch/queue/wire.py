@@ -16,6 +16,12 @@ the caller decides. Anything else on the way (a timeout, a lost connection, a ca
 disconnects the connection before it goes back, so no half-read reply waits for its next
 user, and is raised. Nothing is sent again here: a claim whose reply was lost may have run,
 which only the caller can tell (it hands such claims back: daemon/lane.py).
+
+On a Redis Cluster the commands go, on one of its pooled connections, to the primary that owns
+their keys' slot (the callers send one queue's scripts, one hash tag). A MOVED or ASK reply
+says the command did not run there: it is sent again, that command alone, where the reply
+points (after ASKING, for ASK), with the slot map patched as redis-py patches it, up to a few
+times. Every other reply, TRYAGAIN and CLUSTERDOWN among them, is returned as above.
 """
 
 from __future__ import annotations
@@ -24,17 +30,33 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, MovedError, RedisClusterException, ResponseError
+
+from dispatch.queue.connect import ClusterFault
 
 Command = tuple[Any, ...]
+REDIRECTS = 5  # a slot moving twice while one call is in the air is already rare
 
 
-async def send_all(redis: Redis, commands: Sequence[Command]) -> list[Any]:
+async def send_all(redis: Redis | RedisCluster, commands: Sequence[Command]) -> list[Any]:
     """Each command's reply, in order; an error reply as its ResponseError."""
+    if isinstance(redis, RedisCluster):
+        try:
+            return await _send_to_owner(redis, commands)
+        except RedisClusterException as exc:  # a slot no node serves, mid-failover
+            raise ClusterFault(str(exc)) from exc
     pool = redis.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        return await _exchange(conn, commands)
+    finally:
+        await pool.release(conn)
+
+
+async def _exchange(conn: AbstractConnection, commands: Sequence[Command]) -> list[Any]:
     replies: list[Any] = []
     try:
         await _write(conn, conn.pack_commands(commands))
@@ -46,9 +68,52 @@ async def send_all(redis: Redis, commands: Sequence[Command]) -> list[Any]:
     except BaseException:
         await conn.disconnect()
         raise
-    finally:
-        await pool.release(conn)
     return replies
+
+
+async def _send_to_owner(cluster: RedisCluster, commands: Sequence[Command]) -> list[Any]:
+    if cluster._initialize_due():
+        await cluster.initialize()
+    key = _first_key(commands[0])
+    if key is None:  # nothing to place it by: any node answers it
+        node = cluster.get_default_node()
+    else:
+        node = cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
+    replies = await _on_node(node, commands)
+    for _ in range(REDIRECTS):
+        moved = [i for i, r in enumerate(replies) if isinstance(r, AskError)]  # MOVED is one
+        if not moved:
+            break
+        for i in moved:
+            replies[i] = await _redirected(cluster, replies[i], commands[i])
+    return replies
+
+
+async def _redirected(cluster: RedisCluster, error: AskError, command: Command) -> Any:
+    """`command` sent where `error` points; its reply, or the error reply it met there."""
+    if isinstance(error, MovedError):
+        await cluster.nodes_manager.move_slot(error)
+        node = cluster.nodes_manager.get_node_from_slot(error.slot_id)
+        return (await _on_node(node, [command]))[0]
+    node = cluster.get_node(error.host, error.port) or ClusterNode(
+        error.host, error.port, **cluster.connection_kwargs
+    )
+    return (await _on_node(node, [("ASKING",), command]))[1]
+
+
+async def _on_node(node: ClusterNode, commands: Sequence[Command]) -> list[Any]:
+    conn = node.acquire_connection()
+    try:
+        return await _exchange(conn, commands)
+    finally:
+        node.release(conn)
+
+
+def _first_key(command: Command) -> Any:
+    """The key that places `command` (EVALSHA's first key, else its first argument), or None."""
+    name = command[0].upper() if isinstance(command[0], str) else command[0].decode().upper()
+    at = 3 if name in ("EVALSHA", "EVAL") else 1
+    return command[at] if len(command) > at else None
 
 
 async def _write(conn: AbstractConnection, packed: list[bytes]) -> None:

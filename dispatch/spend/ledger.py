@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from dispatch.errors import RedisUnavailable
 from dispatch.log import event
+from dispatch.queue.connect import with_time
 from dispatch.queue.keys import DEFAULT_PREFIX, budget_keys, queue_keys
 from dispatch.queue.scripts import Arg, checked, script
 from dispatch.spend.plan import MARGIN_MS, Counter
@@ -192,12 +193,11 @@ class SpendLedger:
         if not by_queue:
             return set()
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.time()
             for queue, held in by_queue.items():
                 k = queue_keys(queue, self.prefix)
                 pipe.hmget(k.lock, [job for _, job, _ in held])
                 pipe.zmscore(k.active, [job for _, job, _ in held])
-            (seconds, micros), *replies = await pipe.execute()
+            (seconds, micros), replies = await with_time(self.redis, pipe)
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         gone: set[str] = set()
         for n, held in enumerate(by_queue.values()):

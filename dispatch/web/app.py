@@ -64,6 +64,9 @@ def build(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if client is None:  # a cluster's node asks for a cluster client; a Redis away, later
+            with contextlib.suppress(RedisError, OSError):
+                await web.client.__aenter__()
         yield
         if client is None:
             await web.client.redis.aclose()

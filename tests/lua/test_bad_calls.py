@@ -243,7 +243,7 @@ def bad_calls(name: str, kind: str, prefix: str) -> list[tuple[list[str], list[A
     if kind == "missing key":
         return [(keys[:-1], args), (keys[1:], args), ([], args)]
     if kind == "key too many":
-        return [([*keys, keys[0]], args), ([*keys, "{" + prefix + ":jobs}:extra"], args)]
+        return [([*keys, keys[0]], args), ([*keys, _beside(keys[0])], args)]
     if kind == "argument count":
         short = args[: -1 - c.optional]
         return [(keys, [*args, "x"]), (keys, short)] if args else [(keys, ["x"])]
@@ -255,6 +255,12 @@ def bad_calls(name: str, kind: str, prefix: str) -> list[tuple[list[str], list[A
         ]
     items = args[c.head :] * (1001 if kind == "oversized batch" else 1)
     return [(keys, [*args[: c.head], *items])]
+
+
+def _beside(key: str) -> str:
+    """Another key in `key`'s cluster slot: its hash tag, or, untagged, `key` made the tag."""
+    tag = key[: key.index("}") + 1] if key.startswith("{") else "{" + key + "}"
+    return tag + ":extra"
 
 
 CASES = [

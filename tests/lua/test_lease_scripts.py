@@ -9,13 +9,13 @@ import uuid
 from urllib.parse import urlparse
 
 import pytest
-import redis as sync_redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch.queue.keys import lease_keys
 from dispatch.queue.scripts import Code, lua_dir, script
 from tests.support.polling import eventually
+from tests.support.redis_server import sync_client
 
 BAD = Code.BAD_INPUT
 pytestmark = pytest.mark.anyio
@@ -196,7 +196,7 @@ def run_ops(client, slots, ops):
 @settings(max_examples=75, deadline=None)
 @given(slots=st.integers(1, 4), ops=st.lists(OPS, max_size=60))
 def test_random_interleavings_never_exceed_n(redis_url, slots, ops) -> None:
-    client = sync_redis.Redis.from_url(redis_url)
+    client = sync_client(redis_url)
     try:
         run_ops(client, slots, ops)
     finally:
@@ -207,8 +207,8 @@ def test_random_interleavings_never_exceed_n(redis_url, slots, ops) -> None:
 
 
 def cli(redis_url, name, keys, args):
-    url = urlparse(redis_url)
-    command = ["redis-cli", "-h", url.hostname, "-p", str(url.port), "--no-raw", "--eval"]
+    url = urlparse(redis_url.split(",")[0])  # a cluster's first seed: -c follows its MOVED
+    command = ["redis-cli", "-c", "-h", url.hostname, "-p", str(url.port), "--no-raw", "--eval"]
     command += [str(lua_dir() / f"{name}.lua"), *keys, ",", *map(str, args)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
     return done.stdout.strip()

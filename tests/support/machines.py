@@ -13,6 +13,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from redis.asyncio import Redis
 
+from dispatch.queue.connect import redis_client
 from dispatch.queue.keys import QueueKeys
 
 STATES = ("wait", "delayed", "active", "done")
@@ -29,7 +30,7 @@ class RedisMachine(RuleBasedStateMachine):
         self.redis = self.run(self._connect())
 
     async def _connect(self) -> Redis:
-        return Redis.from_url(self.redis_url)
+        return redis_client(self.redis_url, socket_timeout=30)  # a cluster's too
 
     def run(self, coro: Awaitable[Any]) -> Any:  # what Redis answers: the rules decode it
         return self.loop.run_until_complete(coro)

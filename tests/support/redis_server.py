@@ -9,6 +9,10 @@ import subprocess
 import time
 
 import pytest
+import redis
+import redis.cluster
+
+from dispatch.config.redis_target import redis_target
 
 
 def free_port() -> int:
@@ -52,3 +56,16 @@ def start_redis_server(
             time.sleep(0.02)
     proc.kill()
     pytest.fail("redis-server did not start within 10 s")
+
+
+def sync_client(url: str) -> redis.Redis | redis.RedisCluster:
+    """redis-py's blocking client of DISPATCH_REDIS_URL's forms: a cluster's for a seed list or
+    a +cluster scheme (config/redis_target.py), else one server's."""
+    target = redis_target(url)
+    if not target.cluster:
+        return redis.Redis.from_url(target.urls[0])
+    first, *rest = target.urls
+    nodes = [
+        redis.cluster.ClusterNode(*u.split("://", 1)[1].split("/")[0].split(":")) for u in rest
+    ]
+    return redis.RedisCluster.from_url(first, startup_nodes=nodes)

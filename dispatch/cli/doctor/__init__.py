@@ -1,6 +1,11 @@
 """`dispatch doctor`: is this host fit to run the daemon? One line per check.
 
     redis            reachable (the URL's host and port only: never its password)
+    redis-topology   standalone, or a Redis Cluster: its primaries, replicas per primary and
+                     slots served; a slot no primary serves, or a primary that does not answer
+                     or says its cluster is not ok, is a failure (queue/topology.py)
+    redis-slot       on a cluster, the slot and node of each queue of this host and of the
+                     spend ledgers' tag
     redis-version    Redis >= 7.0 or Valkey >= 7.2 (the scripts need `#!lua` and its flags)
     maxmemory-policy anything but `noeviction` is a warning: the server could evict queue keys
     scripts          every Lua script loads; names the folder they came from (wheel or checkout)
@@ -53,7 +58,7 @@ from dispatch.config.settings import Settings
 
 def report(settings: Settings, out: TextIO | None = None) -> int:
     """Run every check, print one line each; 1 when any failed (the CLI's exit code)."""
-    checks = asyncio.run(run_checks(settings.redis_url, None, settings.image))
+    checks = asyncio.run(run_checks(settings))
     checks += config_checks(settings.config_dir)
     checks += profile_checks(settings.config_dir)
     checks += roots_check(settings)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -21,8 +22,10 @@ from dispatch.cli.budget import doctor_warnings
 from dispatch.config.schemas import FILES, SecretProfile
 from dispatch.config.settings import Settings
 from dispatch.errors import ConfigError
+from dispatch.queue.connect import ClusterFault, is_cluster, open_redis
+from dispatch.queue.keys import budget_keys, queue_keys
 from dispatch.queue.scripts import all_scripts, load_all, lua_dir
-from dispatch.queue.topology import cluster_size, not_yet
+from dispatch.queue.topology import describe
 from dispatch.runners.docker import DockerClient, DockerError, ImageMissing
 
 _MIN_REDIS = (7, 0)
@@ -50,7 +53,22 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
+def _url_where(url: str) -> str:
+    """host:port of a URL (never its password), or "unix socket"."""
+    parsed = urlsplit(url.split(",")[0])
+    if parsed.scheme == "unix":
+        return "unix socket"
+    return f"{parsed.hostname or '?'}:{parsed.port or 6379}"
+
+
+def _seeds(redis: Redis) -> list[str]:
+    nodes = getattr(redis, "startup_nodes", [])
+    return [f"redis://{n.name}" for n in nodes]
+
+
 def _where(redis: Redis) -> str:
+    if is_cluster(redis):
+        return "a Redis Cluster through " + ", ".join(_url_where(u) for u in _seeds(redis))
     kwargs = redis.connection_pool.connection_kwargs
     if "path" in kwargs:
         return "unix socket"
@@ -84,16 +102,25 @@ async def _policy(redis: Redis) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value) if value else None
 
 
-async def redis_checks(redis_url: str) -> list[Check]:
-    redis = Redis.from_url(redis_url, socket_connect_timeout=3, socket_timeout=5)
+async def redis_checks(settings: Settings) -> list[Check]:
+    try:
+        redis = await open_redis(settings.redis_url, socket_timeout=5)
+    except (RedisError, OSError) as exc:
+        where = _url_where(settings.redis_url)
+        return [Check("redis", False, f"{where} unreachable: {type(exc).__name__}")]
     try:
         try:
             await redis.ping()
             info = await redis.info("server")
+        except ClusterFault as exc:  # a cluster that answers but cannot serve every key
+            return [Check("redis-topology", False, str(exc).splitlines()[0])]
         except (RedisError, OSError) as exc:
             return [Check("redis", False, f"{_where(redis)} unreachable: {type(exc).__name__}")]
         checks = [Check("redis", True, f"reachable at {_where(redis)}"), version_check(info)]
-        checks.append(await _topology_check(redis))
+        topology = await _topology_checks(redis, settings)
+        checks += topology
+        if failed(topology):
+            return checks
         checks.append(policy_check(await _policy(redis)))
         checks.append(await _scripts_check(redis))
         return checks
@@ -101,15 +128,24 @@ async def redis_checks(redis_url: str) -> list[Check]:
         await redis.aclose()
 
 
-async def _topology_check(redis: Redis) -> Check:
-    """Standalone, or a cluster node: dispatch would half-work on one (queue/topology.py)."""
+async def _topology_checks(redis: Redis, settings: Settings) -> list[Check]:
+    """Standalone, or a cluster: its shape, what keeps it from serving every key (a failure),
+    and the node each of this host's hash tags lives on."""
+    tags = {name: queue_keys(name, settings.prefix).tag for name in settings.queues}
+    tags["budget"] = budget_keys(settings.prefix).tag
     try:
-        size = await cluster_size(redis)
-    except RedisError as exc:
-        return Check("redis-topology", True, f"unreadable ({type(exc).__name__})", warn=True)
-    if size is None:
-        return Check("redis-topology", True, "standalone")
-    return Check("redis-topology", False, not_yet(size))
+        found = await describe(redis, tags.values())
+    except (RedisError, OSError) as exc:
+        return [Check("redis-topology", False, f"unreadable: {type(exc).__name__}: {exc}")]
+    checks = [Check("redis-topology", True, found.words())]
+    checks += [Check("redis-topology", False, trouble) for trouble in found.troubles]
+    for name, tag in tags.items():
+        if tag in found.tags:
+            slot, node = found.tags[tag]
+            checks.append(
+                Check("redis-slot", node != "no primary", f"{name}: slot {slot} on {node}")
+            )
+    return checks
 
 
 async def _scripts_check(redis: Redis) -> Check:
@@ -191,16 +227,19 @@ def roots_check(settings: Settings) -> list[Check]:
     return [Check("allowed-roots", True, f"no folder is allowed: {hint}", warn=True)]
 
 
-async def run_checks(redis_url: str, docker_host: str | None, image: str | None) -> list[Check]:
+async def run_checks(settings: Settings, docker_host: str | None = None) -> list[Check]:
     """Every check, Redis first, then Docker."""
-    return [*await redis_checks(redis_url), *await docker_checks(docker_host, image)]
+    return [*await redis_checks(settings), *await docker_checks(docker_host, settings.image)]
 
 
 async def trigger_checks(settings: Settings) -> list[Check]:
     from dispatch.config.watcher import load_once
     from dispatch.triggers.control import fleet_words
 
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
+    try:
+        redis = await open_redis(settings.redis_url, socket_timeout=5)
+    except (RedisError, OSError):
+        return []  # the redis line already says why
     try:
         found = await fleet_words(redis, settings, load_once(settings.config_dir))
     except (RedisError, OSError, ConfigError):
@@ -216,7 +255,10 @@ async def fleet_checks(settings: Settings) -> list[Check]:
     from dispatch.clock import ServerTime, SystemClock
     from dispatch.queue.heartbeats import heartbeats
 
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
+    try:
+        redis = await open_redis(settings.redis_url, socket_timeout=5)
+    except (RedisError, OSError):
+        return []  # the redis line already says why
     try:
         beats = await heartbeats(redis, settings.prefix)
         here = ServerTime(SystemClock())
