@@ -1,9 +1,10 @@
 """Shared fixtures: a real redis-server (started here on a free port unless
 DISPATCH_TEST_REDIS_URL names one), an anyio backend on uvloop, and the log captured.
 
-With DISPATCH_TEST_REDIS_CLUSTER=1 the Redis is a real cluster of three primaries instead
-(tests/support/redis_cluster.py, one per test process), named by a seed list, and only the
-tests marked `cluster` run: the subsets that must hold on a cluster (CLUSTER_SUBSETS)."""
+The tests of CLUSTER_SUBSETS that use Redis run twice: on that server (`[standalone]`) and on
+a real Redis Cluster of three primaries (`[cluster]`, tests/support/redis_cluster.py, started
+once per test process, named by a seed list); those are marked `cluster`.
+DISPATCH_TEST_REDIS_CLUSTER=1 runs the cluster runs alone, =0 the standalone ones alone."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -29,17 +31,37 @@ def anyio_backend() -> tuple[str, dict[str, bool]]:
     return ("asyncio", {"use_uvloop": True})
 
 
-ON_CLUSTER = os.environ.get("DISPATCH_TEST_REDIS_CLUSTER") == "1"
-# folders and modules of tests that run again on a cluster: each is written against the
-# `redis` fixture or `redis_url` through dispatch's own client, never a plain Redis of a URL
-CLUSTER_SUBSETS = ("queue", "lua")
+CLUSTER_RUNS = os.environ.get("DISPATCH_TEST_REDIS_CLUSTER", "")
+KINDS = {"1": ["cluster"], "0": ["standalone"]}.get(CLUSTER_RUNS, ["standalone", "cluster"])
+# folders and modules whose tests run on a cluster too: each is written against the `redis`
+# fixture or `redis_url` through dispatch's own clients, never a plain Redis of a URL
+CLUSTER_SUBSETS = (
+    "queue", "lua", "spend", "triggers", "fleet", "gates",
+    "test_status", "test_on_failure", "test_cli",
+)  # fmt: skip
+STANDALONE_ONLY = ("test_cluster_doctor", "test_cluster_failover")  # their own clusters
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "redis_url" in metafunc.fixturenames and _in_subsets(metafunc.definition.path):
+        metafunc.parametrize("redis_kind", KINDS, indirect=True, scope="session")
+
+
+def _in_subsets(path: Path) -> bool:
+    if path.stem in STANDALONE_ONLY:
+        return False
+    return any(subset in path.parts or path.stem == subset for subset in CLUSTER_SUBSETS)
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if ON_CLUSTER:
-        with redis_cluster(tmp_path_factory.mktemp("cluster")) as nodes:
-            yield seed_list(nodes)
+def redis_kind(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "standalone"))
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_kind: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    if redis_kind == "cluster":
+        yield request.getfixturevalue("cluster_url")
         return
     given = os.environ.get("DISPATCH_TEST_REDIS_URL")
     if given:
@@ -55,13 +77,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def cluster_url(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A seed list of a real cluster: the session's Redis on a cluster run, else one started
-    for the tests that ask (a few seconds, once per test process)."""
-    if ON_CLUSTER:
-        yield redis_url
-        return
-    with redis_cluster(tmp_path_factory.mktemp("own-cluster")) as nodes:
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A seed list of a real cluster of three primaries, started once per test process."""
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as nodes:
         yield seed_list(nodes)
 
 
@@ -94,9 +112,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for a test that asks for the engine, `e2e` for the multi-process and CLI tests, `slow` for
     the fault tests."""
     for item in items:
-        if _on_cluster(item):
+        kind = getattr(getattr(item, "callspec", None), "params", {}).get("redis_kind")
+        if kind == "cluster":
             item.add_marker(pytest.mark.cluster)
-        elif ON_CLUSTER:
+        elif CLUSTER_RUNS == "1":
             item.add_marker(pytest.mark.skip(reason="runs on a standalone Redis only"))
         if "docker_host" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
@@ -104,11 +123,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if "faults" in item.path.parts:  # real daemons, proxies, engines: seconds each
             item.add_marker(pytest.mark.slow)
-
-
-def _on_cluster(item: pytest.Item) -> bool:
-    parts = item.path.parts
-    return any(subset in parts or item.path.stem == subset for subset in CLUSTER_SUBSETS)
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from dispatch.cli.doctor.checks import fleet_checks
 from dispatch.cli.views import why_text
@@ -28,6 +27,7 @@ from dispatch.config.settings import Settings
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Timing, Worker
 from dispatch.model import Job, new_id
+from dispatch.queue.connect import redis_client
 from dispatch.reasons import CANCELLED, OPERATOR_CANCEL
 from dispatch.runners.docker import DockerClient, DockerRunner, DockerSettings
 from dispatch.runners.docker.spec import container_name
@@ -64,7 +64,7 @@ class HungEngine(DockerClient):
 
 @contextlib.asynccontextmanager
 async def daemon(settings: Settings, engine: DockerClient) -> AsyncIterator[Worker]:
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.redis_url, socket_timeout=30)
     processor = Processor(
         ProcessorSettings(settings.host, settings.state_dir / "output", settings.stop_grace_s),
         DockerRunner(RUNNER, engine),
@@ -93,7 +93,7 @@ async def test_a_stop_that_never_takes_is_seen_and_cancel_kill_ends_it(
         state_dir=tmp_path / "state", lock_ms=3000, stop_grace_s=0.5, shutdown_grace_s=1.0,
         renew_s=0.2, sweep_s=0.3,
     )  # fmt: skip
-    redis = Redis.from_url(redis_url)
+    redis = redis_client(redis_url, socket_timeout=30)
     client = Client(redis, prefix, "cli")
     job = Job(id=new_id(), command=["sleep", "300"], image=IMAGE)
     name = container_name(job.id)

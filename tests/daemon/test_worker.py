@@ -18,6 +18,7 @@ from dispatch.config.settings import Settings
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Timing, Worker
 from dispatch.model import Job, new_id
+from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import NewJob
 from dispatch.runners.process import ProcessRunner
 from tests.support.polling import eventually
@@ -69,7 +70,7 @@ def make_settings(redis_url: str, prefix: str, tmp_path: Path, **overrides: obje
 
 @contextlib.asynccontextmanager
 async def running_daemon(settings: Settings, timing: Timing = FAST) -> AsyncIterator[Daemon]:
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings.redis_url, socket_timeout=30)
     processor = Processor(
         ProcessorSettings(
             host=settings.host,

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from redis import Redis
 
 from dispatch.cli import main
 from dispatch.queue.keys import queue_keys
 from dispatch.reasons import ENV_NAME_RESERVED
 from tests.support.daemons import cli_env, dispatch, dispatch_json
+from tests.support.redis_server import sync_client
 
 
 @pytest.fixture
@@ -188,7 +188,7 @@ def test_a_record_that_does_not_decode_is_listed_as_unreadable(
     for job_id in (broken, cancelled):
         assert dispatch(env, "cancel", job_id).returncode == 0
     k = queue_keys("jobs", prefix)
-    with Redis.from_url(redis_url) as r:
+    with sync_client(redis_url) as r:
         r.hset(k.result, broken, b'{"state": "exploded"')
         r.hset(k.runs, f"{broken}#1", b"\xff not json")
     listing = dispatch(env, "jobs")

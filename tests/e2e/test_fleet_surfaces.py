@@ -16,13 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from redis import Redis
 
 from dispatch.queue import keys
 from tests.support.daemons import SOURCE, cli_env, daemon, dispatch, dispatch_json, wait_state
 from tests.support.metrics import scrape
 from tests.support.polling import eventually_sync
-from tests.support.redis_server import free_port
+from tests.support.redis_server import free_port, sync_client
 from tests.support.tmux import exited, showing, terminal
 from tests.support.tmux import keys as press
 
@@ -70,7 +69,7 @@ def fleet(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     outside = cli_env(
         redis_url, prefix, tmp / "laptop", DISPATCH_HOST="laptop", DISPATCH_CONFIG_DIR=str(config)
     )
-    redis = Redis.from_url(redis_url)
+    redis = sync_client(redis_url)
     redis.sadd(keys.hosts_registry(prefix), "old-box")  # beat a minute ago, then went quiet
     redis.hset(keys.hosts_seen(prefix), "old-box", int(time.time() * 1000) - 60_000)
     redis.set(keys.queue_keys("jobs@f3", prefix).paused, "1")  # one host's queue, by hand

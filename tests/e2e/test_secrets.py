@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from dispatch.queue.connect import redis_client
 from tests.support.daemons import (
     daemon,
     daemon_log,
@@ -84,7 +85,7 @@ def redis_contents(redis_url: str) -> bytes:
     compress a value, which would hide a leak from a byte search)."""
 
     async def read() -> bytes:
-        async with Redis.from_url(redis_url) as redis:
+        async with redis_client(redis_url, socket_timeout=30) as redis:
             found = []
             async for key in redis.scan_iter(count=1000):
                 found += [key, await redis.dump(key) or b"", await _read(redis, key)]

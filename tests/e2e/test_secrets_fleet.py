@@ -11,10 +11,9 @@ import secrets
 from contextlib import ExitStack
 from pathlib import Path
 
-from redis import Redis
-
 from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, wait_state
 from tests.support.polling import eventually_sync
+from tests.support.redis_server import sync_client
 
 VALUE = "e2e-" + secrets.token_urlsafe(18)
 
@@ -65,7 +64,7 @@ def test_a_profile_only_one_host_declares_runs_there_never_refused(
         assert dispatch(keeper, "cancel", blocker_id).returncode == 0
         assert wait_state(keeper, job_id, "completed", "failed", timeout=60) == "completed"
 
-        redis = Redis.from_url(redis_url)
+        redis = sync_client(redis_url)
         beat = json.loads(redis.get(f"{prefix}:host:keeper") or b"{}")
         redis.close()
         assert beat.get("secret_profiles") == ["vault"]

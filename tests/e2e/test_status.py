@@ -9,10 +9,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from redis import Redis
-
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
 from tests.support.polling import eventually_sync
+from tests.support.redis_server import sync_client
 
 
 def test_status_tells_the_fleet_in_plain_words_then_tables(
@@ -23,7 +22,7 @@ def test_status_tells_the_fleet_in_plain_words_then_tables(
         for h in ("s1", "s2")
     ]
     env = envs[0]
-    redis = Redis.from_url(redis_url)
+    redis = sync_client(redis_url)
     try:
         # a host that beat a minute ago and then went quiet
         redis.sadd(f"{prefix}:hosts", "old-box")

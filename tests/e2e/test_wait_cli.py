@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from redis import Redis
 
 from tests.support.daemons import (
     cli_env,
@@ -20,6 +19,7 @@ from tests.support.daemons import (
     wait_state,
 )
 from tests.support.polling import eventually_sync
+from tests.support.redis_server import sync_client
 
 INTERVAL_S = 30  # DISPATCH_WAIT_INTERVAL's floor: the shortest a test can make it
 INTERVAL = {"DISPATCH_WAIT_INTERVAL": f"{INTERVAL_S}s"}
@@ -83,7 +83,7 @@ sys.exit(3)""",
         assert wait_state(env, job_id, "completed", "failed", timeout=60) == "completed"
         assert time.monotonic() - appeared < INTERVAL_S * 1.1 + 5  # within one interval
     assert asked.read_text() == "acme/web#7"
-    assert not Redis.from_url(redis_url).keys(f"{prefix}:wait:*")  # state and claim gone
+    assert not sync_client(redis_url).keys(f"{prefix}:wait:*")  # state and claim gone
 
 
 def test_a_check_that_answers_never_refuses_the_job(env, tmp_path) -> None:
@@ -114,7 +114,7 @@ def test_a_second_job_with_the_same_dedup_key_is_superseded(env, redis_url, pref
         assert first in story["sentence"]
         cancelled = dispatch(env, "cancel", first)
         assert cancelled.returncode == 0, cancelled.stderr
-    assert not Redis.from_url(redis_url).exists(f"{prefix}:wait:state:jobs:{first}")
+    assert not sync_client(redis_url).exists(f"{prefix}:wait:state:jobs:{first}")
 
 
 def test_an_undeclared_profile_is_refused_at_once(env) -> None:

@@ -64,7 +64,7 @@ async def test_the_call_is_on_the_wire_before_callbacks_queued_ahead_of_it_run(
         written(self, data)
 
     try:
-        await send_all(client, [("PING",)])  # a pooled connection, already connected
+        await send_all(client, [("GET", f"{prefix}:k")])  # the key's node's, connected
         monkeypatch.setattr(asyncio.StreamWriter, "writelines", spy)
         asyncio.get_running_loop().call_soon(order.append, "queued step")
         assert await send_all(client, [("SET", f"{prefix}:k", "v")]) in ([True], [b"OK"])

@@ -20,12 +20,13 @@ from tests.support.redis_server import free_port
 
 
 @contextmanager
-def redis_cluster(workdir: Path, primaries: int = 3) -> Iterator[list[str]]:
-    """The nodes' URLs, while the cluster runs."""
+def redis_cluster(workdir: Path, primaries: int = 3, replicas: int = 0) -> Iterator[list[str]]:
+    """The nodes' URLs, while the cluster runs: the primaries first, then `replicas` for each
+    (redis-cli --cluster create assigns them; `CLUSTER NODES` says which follows which)."""
     server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
     if server is None or cli is None:
         pytest.fail("redis-server is not installed; run the README's test command")
-    ports = [cluster_port() for _ in range(primaries)]
+    ports = [cluster_port() for _ in range(primaries * (1 + replicas))]
     procs = []
     try:
         for port in ports:
@@ -34,23 +35,32 @@ def redis_cluster(workdir: Path, primaries: int = 3) -> Iterator[list[str]]:
             procs.append(subprocess.Popen(
                 [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+             "--cluster-node-timeout", "2000",
                  "--dir", str(node)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             ))  # fmt: skip
         eventually_sync(lambda: all(_answers(p) for p in ports), 10)
         created = subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
-             "--cluster-replicas", "0", "--cluster-yes"],
+             "--cluster-replicas", str(replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert created.returncode == 0, created.stdout + created.stderr
         eventually_sync(lambda: all(_state_ok(p) for p in ports), 30)
+        if replicas:  # every replica has caught up with its primary's link
+            eventually_sync(lambda: all(_linked(p) for p in ports), 30)
         yield [f"redis://127.0.0.1:{p}/0" for p in ports]
     finally:
         for proc in procs:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=10)
+
+
+def seed_list(nodes: list[str]) -> str:
+    """DISPATCH_REDIS_URL naming every node as a seed: `redis://a:1/0,a:2,a:3`."""
+    first, *rest = nodes
+    return ",".join([first, *(url.split("://", 1)[1].split("/", 1)[0] for url in rest)])
 
 
 def cluster_port() -> int:
@@ -83,3 +93,9 @@ def _answers(port: int) -> bool:
 def _state_ok(port: int) -> bool:
     with Redis(port=port, socket_timeout=1) as r:
         return r.cluster("INFO").get("cluster_state") == "ok"
+
+
+def _linked(port: int) -> bool:
+    with Redis(port=port, socket_timeout=1) as r:
+        info = r.info("replication")
+        return info.get("role") == "master" or info.get("master_link_status") == "up"

@@ -9,9 +9,9 @@ from contextlib import AsyncExitStack
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis.asyncio import Redis
 
 from dispatch.gates.wait.profiles import Verdict
+from dispatch.queue.connect import redis_client
 from tests.support.waits import assert_discipline, make_rig
 
 verdicts = st.lists(st.sampled_from(["go", "hold", "never", "fault", "aborted"]), max_size=14)
@@ -21,7 +21,7 @@ verdicts = st.lists(st.sampled_from(["go", "hold", "never", "fault", "aborted"])
 @given(runs=st.lists(verdicts, min_size=1, max_size=3), fleet=st.sampled_from([None, 1, 3]))
 def test_no_hold_outlives_a_look(redis_url: str, runs: list[list[Verdict]], fleet: int | None):
     async def scenario() -> None:
-        redis = Redis.from_url(redis_url)
+        redis = redis_client(redis_url, socket_timeout=30)
         prefix = f"t{uuid.uuid4().hex[:10]}"
         try:
             async with AsyncExitStack() as stack:
