@@ -54,6 +54,62 @@ def redis_server() -> Iterator[str]:
             proc.wait(timeout=10)
 
 
+@contextmanager
+def redis_cluster(primaries: int = 3) -> Iterator[list[str]]:
+    """A cluster of `primaries` redis-servers on loopback (no persistence, no replicas), joined
+    by `redis-cli --cluster create`: its nodes' URLs until the exit."""
+    cli = shutil.which("redis-cli") or sys.exit("redis-cli not found")
+    ports: list[int] = []
+    while len(ports) < primaries:  # a port whose bus port (10000 above) exists and is free
+        port = free_port() % 50_000 + 1_024
+        if port not in ports and _free(port) and _free(port + 10_000):
+            ports.append(port)
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for port in ports:
+            os.makedirs(f"{tmp}/{port}")
+            argv = [*server_argv(port, f"{tmp}/{port}"), "--cluster-enabled", "yes"]
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+        try:
+            for port in ports:
+                wait_for_port(port)
+            nodes = [f"127.0.0.1:{p}" for p in ports]
+            subprocess.run(
+                [cli, "--cluster", "create", *nodes, "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            _wait_cluster_ok(cli, ports)
+            yield [f"redis://{n}/0" for n in nodes]
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=10)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_cluster_ok(cli: str, ports: list[int]) -> None:
+    deadline = time.monotonic() + 30
+    for port in ports:
+        while (
+            b"cluster_state:ok"
+            not in subprocess.run(
+                [cli, "-p", str(port), "cluster", "info"], capture_output=True, check=False
+            ).stdout
+        ):
+            if time.monotonic() > deadline:
+                sys.exit("the bench's cluster did not come up")
+            time.sleep(0.1)
+
+
 def wait_for_port(port: int) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
