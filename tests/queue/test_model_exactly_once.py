@@ -291,5 +291,7 @@ class ExactlyOnce(RedisMachine):
             assert int(used or 0) + int(held or 0) <= c.cap, f"{c.metric} past its cap"
 
 
-def test_exactly_once_holds_in_any_order(redis_url: str) -> None:
-    run_on(ExactlyOnce, redis_url, examples=150, steps=50)
+def test_exactly_once_holds_in_any_order(redis_url: str, redis_kind: str) -> None:
+    # the interleavings are the scripts' own; on a cluster, where each step costs four times
+    # as much client time, a third of them shows the scripts answer there as they do here
+    run_on(ExactlyOnce, redis_url, examples=150 if redis_kind == "standalone" else 50, steps=50)

@@ -4,7 +4,7 @@ it points, so the caller sees the command's own reply, never the redirection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from redis.asyncio import RedisCluster
@@ -12,13 +12,22 @@ from redis.asyncio import RedisCluster
 from dispatch.queue.connect import redis_client
 from dispatch.queue.keys import queue_keys
 from dispatch.queue.wire import send_all
+from tests.support.redis_cluster import redis_cluster, seed_list
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A cluster of this module's own: its slots are moved and its map made stale on purpose,
+    which the session's cluster must never see (tests/conftest.py counts its redirections)."""
+    with redis_cluster(tmp_path_factory.mktemp("moving")) as nodes:
+        yield seed_list(nodes)
+
+
 @pytest.fixture
-async def cluster(cluster_url: str) -> AsyncIterator[RedisCluster]:
-    client = redis_client(cluster_url, 5)
+async def cluster(own_cluster: str) -> AsyncIterator[RedisCluster]:
+    client = redis_client(own_cluster, 5)
     assert isinstance(client, RedisCluster)
     await client.initialize()
     yield client

@@ -99,3 +99,17 @@ def _linked(port: int) -> bool:
     with Redis(port=port, socket_timeout=1) as r:
         info = r.info("replication")
         return info.get("role") == "master" or info.get("master_link_status") == "up"
+
+
+def redirections_served(nodes: list[str]) -> dict[str, int]:
+    """The MOVED, ASK and CROSSSLOT errors the nodes have answered since they started, by kind
+    (`INFO errorstats`): on a cluster whose slots never moved, any one is a call dispatch sent
+    to the wrong node, or with keys in several slots."""
+    found: dict[str, int] = {}
+    for url in nodes:
+        with Redis.from_url(url, socket_timeout=5) as node:
+            for name, stat in node.info("errorstats").items():
+                kind = name.removeprefix("errorstat_")
+                if kind in ("MOVED", "ASK", "CROSSSLOT"):
+                    found[kind] = found.get(kind, 0) + int(stat["count"])
+    return found
