@@ -5,7 +5,8 @@
 
 Starts its own redis-server (no persistence) and uses a fresh prefix per phase.
 
-  size N   N no-op jobs (a 200-byte document each) enqueued into one queue, `--batch` per
+  size N   (each size `--reps` times, alternated, each on a redis-server of its own)
+           N no-op jobs (a 200-byte document each) enqueued into one queue, `--batch` per
            call: the enqueue rate and Redis memory per queued job (`used_memory` delta over
            N). Then, with N still queued, `--sample` more are claimed and finished as a busy
            daemon does (finish-and-claim of 25, a run record each): the client's CPU (the
@@ -42,6 +43,7 @@ import uvloop
 from redis.asyncio import Redis, RedisCluster
 
 from bench.queue import Fleet, drained
+from bench.support.cpu import machine_cpu_s
 from bench.support.redis import Stats, redis_cluster, redis_server, redis_version, stats
 from dispatch.fleet import view
 from dispatch.model import Job, encode_job, new_id
@@ -86,11 +88,16 @@ async def used_memory(redis: Redis) -> int:
     return int((await redis.info("memory"))["used_memory"])
 
 
-async def enqueue(queue: Queue, jobs: list[NewJob], batch: int) -> float:
-    started = time.perf_counter()
-    for i in range(0, len(jobs), batch):
-        await queue.enqueue(jobs[i : i + batch])
-    return time.perf_counter() - started
+async def enqueue(queue: Queue, n: int, batch: int) -> float:
+    """Seconds spent enqueueing `n` jobs, made a batch at a time (a million documents held at
+    once would grow the bench's own heap, and its CPU per job with it)."""
+    took = 0.0
+    for start in range(0, n, batch):
+        jobs = documents(min(batch, n - start))
+        started = time.perf_counter()
+        await queue.enqueue(jobs)
+        took += time.perf_counter() - started
+    return took
 
 
 async def claim_and_finish(queue: Queue, count: int) -> tuple[int, float, Stats]:
@@ -134,12 +141,14 @@ async def size_row(redis: Redis, n: int, args: argparse.Namespace) -> Row:
     queue = Queue(redis, "jobs", prefix)
     await queue.pause()  # enqueue only: nothing claims until the sample runs
     memory = await used_memory(redis)
-    elapsed = await enqueue(queue, documents(n), args.batch)
+    elapsed = await enqueue(queue, n, args.batch)
     row: Row = {"queued": n, "enqueue_per_s": round(n / elapsed)}
     row["redis_bytes_per_queued_job"] = round((await used_memory(redis) - memory) / n)
-    await enqueue(queue, documents(args.sample), args.batch)  # the sample, behind the N
+    await enqueue(queue, args.sample, args.batch)  # the sample, behind the N
     await queue.resume()
+    (_, steal), wall = machine_cpu_s(), time.perf_counter()
     row.update(per_job(*await claim_and_finish(queue, args.sample)))
+    row["steal_pct"] = round((machine_cpu_s()[1] - steal) / (time.perf_counter() - wall) * 100, 1)
     row["snapshot_p50_ms"] = await timed(10, lambda: view.snapshot(redis, prefix, 30.0))
     before = await stats(redis)
     row["sweep_p50_ms"] = await timed(20, lambda: queue.sweep(3, b"{}"))
@@ -148,12 +157,23 @@ async def size_row(redis: Redis, n: int, args: argparse.Namespace) -> Row:
     return row
 
 
+async def fresh_size_row(n: int, args: argparse.Namespace) -> Row:
+    """`size_row` on a redis-server of its own: a server that has held a million jobs stays
+    slower per job (its allocator's state) after they are gone, which is not what N costs."""
+    with redis_server() as url:
+        redis = redis_client(url, 120)
+        try:
+            return await size_row(redis, n, args)
+        finally:
+            await redis.aclose()
+
+
 async def kept_row(redis: Redis, args: argparse.Namespace) -> Row:
     prefix, n, sample = f"k{uuid.uuid4().hex[:8]}", args.kept, args.sample
     keep = Retention(keep_done=n, keep_runs=n)
     queue = Queue(redis, "jobs", prefix, keep)
     memory = await used_memory(redis)
-    await enqueue(queue, documents(n), args.batch)
+    await enqueue(queue, n, args.batch)
     first = per_job(*await claim_and_finish(queue, sample))
     await claim_and_finish(queue, n - 2 * sample)
     last = per_job(*await claim_and_finish(queue, sample))
@@ -199,7 +219,7 @@ async def drain_s(url: str, daemons: int, jobs: int, tmp: Path) -> float:
     queues = [Queue(redis, f"jobs@bench-{i + 1}", prefix) for i in range(daemons)]
     for queue in queues:
         await queue.pause()
-        await enqueue(queue, documents(jobs // daemons), 500)
+        await enqueue(queue, jobs // daemons, 500)
     fleet = Fleet(url, prefix, daemons, 50, tmp, gates=False)
     await fleet.start(redis)
     started = time.perf_counter()
@@ -241,12 +261,20 @@ async def cluster_row(url: str, args: argparse.Namespace, tmp: Path) -> Row:
 
 
 def ratios(out: Row) -> Row:
+    """The targets' ratios, from the median of each size's reps (the reps alternate sizes, so
+    each median is taken across the run, never from one stretch of the host's load)."""
     sizes, idle = out["sizes"], out["idle"]
     found: Row = {}
-    if len(sizes) > 1:
-        small, big = sizes[0], sizes[-1]
+    by_size: dict[int, list[Row]] = {}
+    for row in sizes:
+        by_size.setdefault(row["queued"], []).append(row)
+    if len(by_size) > 1:
+        small, big = min(by_size), max(by_size)
         for k in ("client_cpu_us_per_job", "redis_cpu_us_per_job"):
-            found[f"{k} {big['queued']}/{small['queued']}"] = round(big[k] / small[k], 2)
+            medians = [statistics.median(r[k] for r in by_size[n]) for n in (small, big)]
+            found[f"{k} {big}/{small} (median of {len(by_size[big])})"] = round(
+                medians[1] / medians[0], 2
+            )
     if len(idle) > 1 and idle[0]["idle_cmds_per_s"]:
         found[f"idle_cmds_per_s {idle[-1]['queues']}/{idle[0]['queues']} queues"] = round(
             idle[-1]["idle_cmds_per_s"] / idle[0]["idle_cmds_per_s"], 2
@@ -267,7 +295,7 @@ async def main_async(args: argparse.Namespace) -> Row:
             "python": platform.python_version(),
             "redis": await redis_version(url),
             "sample": args.sample,
-            "sizes": [await size_row(redis, n, args) for n in args.sizes],
+            "sizes": [await fresh_size_row(n, args) for _ in range(args.reps) for n in args.sizes],
         }
         out["kept"] = await kept_row(redis, args) if args.kept else None
         out["idle"] = [await idle_row(url, redis, q, args, Path(tmp)) for q in args.queues]
@@ -285,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=numbers, default=[1_000, 10_000, 100_000, 1_000_000])
     p.add_argument("--sample", type=int, default=10_000, help="jobs claimed and finished")
+    p.add_argument("--reps", type=int, default=3, help="runs of every size, alternated")
     p.add_argument("--kept", type=int, default=1_000_000, help="finished jobs kept; 0: skip")
     p.add_argument("--queues", type=numbers, default=[1, 100, 1_000])
     p.add_argument("--idle-s", type=float, default=10.0)
