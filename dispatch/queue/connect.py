@@ -30,6 +30,8 @@ from redis.asyncio.connection import (
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
 from dispatch.config.redis_target import redis_target
@@ -179,6 +181,10 @@ def cluster_client(seeds: tuple[str, ...], socket_timeout: float) -> Redis:
     cluster = Cluster.from_url(
         seeds[0],
         startup_nodes=nodes,
+        # as on one server, a call that failed is not sent again here (redis-py would, ten
+        # times): a claim whose reply was lost may have run, which only its caller can tell;
+        # the slot map is still refreshed on the next call, and MOVED and ASK still followed
+        retry=Retry(NoBackoff(), 0),
         socket_connect_timeout=5,
         socket_timeout=socket_timeout,
         health_check_interval=30,

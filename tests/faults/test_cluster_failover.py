@@ -44,7 +44,10 @@ def _find_replica(nodes: list[str], key: str) -> Redis | None:
         for start, end, _primary, *replicas in any_node.cluster("SLOTS"):
             if int(start) <= slot <= int(end) and replicas:
                 host, port = replicas[0][:2]
-                return Redis(host=_text(host), port=int(port))
+                replica = Redis(host=_text(host), port=int(port))
+                if replica.info("replication")["role"] == "slave":  # not a stale map's
+                    return replica
+                replica.close()
     return None
 
 
