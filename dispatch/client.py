@@ -150,11 +150,19 @@ class Client:
         return cls.from_settings(from_env())
 
     async def __aenter__(self) -> Client:
-        if self._unsettled_url:  # a Redis away now: the first call says so, as it would
-            with contextlib.suppress(*REDIS_FAULTS):
-                self.redis = await settled(self.redis, self._unsettled_url, _SOCKET_TIMEOUT_S)
-                self._unsettled_url = ""
+        await self.settle()
         return self
+
+    async def settle(self, timeout_s: float = _SOCKET_TIMEOUT_S) -> None:
+        """A client made from settings asks, once, whether its server is a node of a cluster
+        (and becomes a cluster's client if so). A Redis away now, or silent past `timeout_s`,
+        leaves it to ask again at the next call of this; its own first call meanwhile says
+        Redis is away, as it would."""
+        if self._unsettled_url:
+            with contextlib.suppress(*REDIS_FAULTS):
+                async with asyncio.timeout(timeout_s):
+                    self.redis = await settled(self.redis, self._unsettled_url, timeout_s)
+                self._unsettled_url = ""
 
     async def __aexit__(
         self, *exc: type[BaseException] | BaseException | TracebackType | None

@@ -148,16 +148,23 @@ class ClusterFault(RedisError):
 class _FaultsAsRedisErrors(ClusterPipeline):
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
         try:
+            if not self.cluster_client._topology_ready:  # as Cluster.execute_command says
+                await self.cluster_client.initialize()
             return await super().execute(raise_on_error, allow_redirections)
         except RedisClusterException as exc:
             raise ClusterFault(str(exc)) from exc
 
 
 class Cluster(RedisCluster):
-    """redis-py's cluster client whose own refusals are `ClusterFault`s."""
+    """redis-py's cluster client whose own refusals are `ClusterFault`s, and whose first call
+    is routed by a slot map: redis-py decides where a command goes before it reads the map,
+    so a fresh client's first EVALSHA or BZPOPMIN (and, while one task reads the map, every
+    other task's) went to any node, which answered MOVED."""
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
+            if not self._topology_ready or self._initialize_due():  # the first waits for it
+                await super().initialize()
             return await super().execute_command(*args, **kwargs)
         except RedisClusterException as exc:
             raise ClusterFault(str(exc)) from exc

@@ -72,7 +72,7 @@ async def _exchange(conn: AbstractConnection, commands: Sequence[Command]) -> li
 
 
 async def _send_to_owner(cluster: RedisCluster, commands: Sequence[Command]) -> list[Any]:
-    if cluster._initialize_due():
+    if not cluster._topology_ready or cluster._initialize_due():
         await cluster.initialize()
     key = _first_key(commands[0])
     if key is None:  # nothing to place it by: any node answers it

@@ -28,7 +28,7 @@ from dispatch.errors import DispatchError, NotFound
 from dispatch.log import event
 from dispatch.web import actions, pages
 from dispatch.web.auth import SESSION_S, Gate
-from dispatch.web.site import Web, web_of
+from dispatch.web.site import SETTLE_S, Web, web_of
 
 HERE = Path(__file__).parent
 CSP = "; ".join(
@@ -64,9 +64,6 @@ def build(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if client is None:  # a cluster's node asks for a cluster client; a Redis away, later
-            with contextlib.suppress(RedisError, OSError):
-                await web.client.__aenter__()
         yield
         if client is None:
             await web.client.redis.aclose()
@@ -78,6 +75,7 @@ def build(
     ]
     middleware = [
         Middleware(Headers),
+        Middleware(Settles, client=web.client),
         Middleware(
             SessionMiddleware,
             secret_key=gate.session_key(),
@@ -118,6 +116,19 @@ class Headers:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class Settles:
+    """Before a request is served, the client knows whether Redis is a cluster's node: asked
+    once at the first request, and at each later one while Redis has not answered it."""
+
+    def __init__(self, app: ASGIApp, client: Client) -> None:
+        self.app, self.client = app, client
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.client.settle(SETTLE_S)
+        await self.app(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

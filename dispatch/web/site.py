@@ -23,6 +23,7 @@ from dispatch.web.feed import Feed, Frame
 
 HERE = Path(__file__).parent
 READ_S = 3.0  # one snapshot's bound: the page says "stale" rather than wait longer
+SETTLE_S = 1.0  # asking Redis whether it is a cluster's node, while it has not answered yet
 
 
 class Web:
@@ -39,6 +40,7 @@ class Web:
         self._rendered: tuple[int, str] = (0, "")
 
     async def _read(self) -> tuple[Snapshot, Extras]:
+        await self.client.settle(SETTLE_S)  # a no-op once it knows
         snap = await snapshot(self.client.redis, self.client.prefix, READ_S)
         if snap.error:
             return snap, Extras()

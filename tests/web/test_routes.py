@@ -327,3 +327,28 @@ async def test_signing_out_needs_the_pages_own_form(http: httpx.AsyncClient) -> 
     assert 'action="/signout"' in (await http.get("/")).text  # still signed in
     assert (await http.post("/signout", data={"csrf": csrf})).status_code == 303
     assert 'action="/signout"' not in (await http.get("/")).text
+
+
+async def test_a_cluster_node_s_url_is_served_as_the_cluster_it_belongs_to(
+    settings: Settings, cluster_url: str
+) -> None:
+    """`dispatch web` given one node's plain URL: its client asks at the first request and
+    reads every queue's keys from their own nodes (no MOVED page), the overview and the jobs
+    page alike."""
+    from dataclasses import replace
+
+    from redis.asyncio import RedisCluster
+
+    from dispatch.web.app import build
+
+    node = replace(settings, redis_url=cluster_url.split(",")[0])
+    web_client = Client.from_settings(node)
+    app = build(node, web_client)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        jobs = await http.get("/jobs")
+        overview = await http.get("/")
+    await web_client.redis.aclose()
+    assert isinstance(web_client.redis, RedisCluster)
+    assert jobs.status_code == 200 and overview.status_code == 200
+    assert "cannot be read" not in overview.text and "MOVED" not in jobs.text
