@@ -206,9 +206,19 @@ def test_random_interleavings_never_exceed_n(redis_url, slots, ops) -> None:
 # --- standing alone ----------------------------------------------------------------------
 
 
+def _owner(redis_url: str, key: str) -> tuple[str, int]:
+    """Where `key` lives: the one server, or the cluster node that owns its slot."""
+    if "," not in redis_url:
+        url = urlparse(redis_url)
+        return str(url.hostname), int(url.port or 6379)
+    with sync_client(redis_url) as cluster:
+        node = cluster.get_node_from_key(key)
+        return node.host, node.port
+
+
 def cli(redis_url, name, keys, args):
-    url = urlparse(redis_url.split(",")[0])  # a cluster's first seed: -c follows its MOVED
-    command = ["redis-cli", "-c", "-h", url.hostname, "-p", str(url.port), "--no-raw", "--eval"]
+    host, port = _owner(redis_url, keys[0])
+    command = ["redis-cli", "-h", host, "-p", str(port), "--no-raw", "--eval"]
     command += [str(lua_dir() / f"{name}.lua"), *keys, ",", *map(str, args)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
     return done.stdout.strip()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,20 +27,13 @@ def redis_cluster(workdir: Path, primaries: int = 3, replicas: int = 0) -> Itera
     server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
     if server is None or cli is None:
         pytest.fail("redis-server is not installed; run the README's test command")
-    ports = [cluster_port() for _ in range(primaries * (1 + replicas))]
-    procs = []
+    procs: list[subprocess.Popen[bytes]] = []
+    ports: list[int] = []
     try:
-        for port in ports:
-            node = workdir / str(port)
-            node.mkdir(parents=True)
-            procs.append(subprocess.Popen(
-                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                 "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
-             "--cluster-node-timeout", "2000",
-                 "--dir", str(node)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))  # fmt: skip
-        eventually_sync(lambda: all(_answers(p) for p in ports), 10)
+        for _ in range(primaries * (1 + replicas)):
+            proc, port = _start_node(server, workdir)
+            procs.append(proc)
+            ports.append(port)
         created = subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
              "--cluster-replicas", str(replicas), "--cluster-yes"],
@@ -55,6 +49,37 @@ def redis_cluster(workdir: Path, primaries: int = 3, replicas: int = 0) -> Itera
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=10)
+
+
+def _start_node(server: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """One node on a free port, answering as itself (its pid): a port another test process
+    took between the check and the bind makes the server exit, and another port is tried."""
+    for _ in range(10):
+        port = cluster_port()
+        node = workdir / str(port)
+        node.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+             "--cluster-node-timeout", "2000", "--dir", str(node)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _pid_at(port) == proc.pid:
+                return proc, port
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+    pytest.fail("no cluster node could be started on a free port")
+
+
+def _pid_at(port: int) -> int | None:
+    try:
+        with Redis(port=port, socket_timeout=1) as r:
+            return int(r.info("server")["process_id"])
+    except Exception:  # not listening yet, LOADING, or not a redis at all
+        return None
 
 
 def seed_list(nodes: list[str]) -> str:
@@ -78,16 +103,6 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _answers(port: int) -> bool:
-    try:
-        with Redis(port=port, socket_timeout=1) as r:
-            return bool(r.ping())
-    except OSError:
-        return False
-    except Exception:  # still starting: LOADING, or the connection not yet accepted
-        return False
 
 
 def _state_ok(port: int) -> bool:
