@@ -60,9 +60,8 @@ def redis_cluster(primaries: int = 3) -> Iterator[list[str]]:
     by `redis-cli --cluster create`: its nodes' URLs until the exit."""
     cli = shutil.which("redis-cli") or sys.exit("redis-cli not found")
     ports: list[int] = []
-    while len(ports) < primaries:  # a port whose bus port (10000 above) exists and is free
-        port = free_port() % 50_000 + 1_024
-        if port not in ports and _free(port) and _free(port + 10_000):
+    while len(ports) < primaries:
+        if (port := cluster_port()) not in ports:
             ports.append(port)
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
@@ -85,6 +84,14 @@ def redis_cluster(primaries: int = 3) -> Iterator[list[str]]:
                 proc.terminate()
             for proc in procs:
                 proc.wait(timeout=10)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it) is free too and exists."""
+    while True:
+        port = free_port() % 50_000 + 1_024
+        if _free(port) and _free(port + 10_000):
+            return port
 
 
 def _free(port: int) -> bool:

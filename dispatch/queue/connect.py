@@ -8,33 +8,29 @@ cost for a finish of 50 jobs); anything else, or another encoding, goes through 
 connection's own encoder first. A first argument holding spaces ('CONFIG GET') is split as
 redis-py splits it.
 
-A Redis Cluster is served through redis-py's `RedisCluster`, built from the seeds of
-DISPATCH_REDIS_URL (config/redis_target.py). It is handed around typed as `Redis`: it answers
-the same commands, and the few places that reach below the commands (`wire.send_all`, a
-script load, a watched transaction) ask `is_cluster` first.
+A Redis Cluster is served through redis-py's `RedisCluster` (queue/cluster.py), built from the
+seeds of DISPATCH_REDIS_URL (config/redis_target.py). It is handed around typed as `Redis`: it
+answers the same commands, and the few places that reach below them (`wire.send_all`, a
+script load, TIME in a pipeline) ask `is_cluster` first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
-from urllib.parse import urlsplit
+from typing import Any
 
 import hiredis
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
 )
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisClusterException, RedisError
 
 from dispatch.config.redis_target import redis_target
+from dispatch.queue.cluster import cluster_client
 
 
 class FastPacking:
@@ -137,71 +133,6 @@ async def with_time(redis: Redis, pipe: Pipeline) -> tuple[Any, list[Any]]:
 
 def is_cluster(redis: Redis) -> bool:
     return isinstance(redis, RedisCluster)
-
-
-class ClusterFault(RedisError):
-    """A cluster client's own refusal (no seed reachable, a slot no node serves, keys of one
-    call in several slots), which redis-py raises outside `RedisError`: as one, every caller
-    that handles a Redis fault handles it."""
-
-
-class _FaultsAsRedisErrors(ClusterPipeline):
-    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
-        try:
-            if not self.cluster_client._topology_ready:  # as Cluster.execute_command says
-                await self.cluster_client.initialize()
-            return await super().execute(raise_on_error, allow_redirections)
-        except RedisClusterException as exc:
-            raise ClusterFault(str(exc)) from exc
-
-
-class Cluster(RedisCluster):
-    """redis-py's cluster client whose own refusals are `ClusterFault`s, and whose first call
-    is routed by a slot map: redis-py decides where a command goes before it reads the map,
-    so a fresh client's first EVALSHA or BZPOPMIN (and, while one task reads the map, every
-    other task's) went to any node, which answered MOVED."""
-
-    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            if not self._topology_ready or self._initialize_due():  # the first waits for it
-                await super().initialize()
-            return await super().execute_command(*args, **kwargs)
-        except RedisClusterException as exc:
-            raise ClusterFault(str(exc)) from exc
-
-    async def initialize(self, *args: Any, **kwargs: Any) -> Cluster:
-        try:
-            await super().initialize(*args, **kwargs)
-        except RedisClusterException as exc:
-            raise ClusterFault(str(exc)) from exc
-        return self
-
-    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
-        if shard_hint:
-            raise ClusterFault("a cluster pipeline takes no shard hint")
-        return _FaultsAsRedisErrors(self, transaction)  # type: ignore[abstract]
-
-
-def cluster_client(seeds: tuple[str, ...], socket_timeout: float) -> Redis:
-    """The first seed gives the credentials and options; every seed is a start-up node."""
-    nodes = [ClusterNode(*_host_port(url)) for url in seeds[1:]]
-    cluster = Cluster.from_url(
-        seeds[0],
-        startup_nodes=nodes,
-        # as on one server, a call that failed is not sent again here (redis-py would, ten
-        # times): a claim whose reply was lost may have run, which only its caller can tell;
-        # the slot map is still refreshed on the next call, and MOVED and ASK still followed
-        retry=Retry(NoBackoff(), 0),
-        socket_connect_timeout=5,
-        socket_timeout=socket_timeout,
-        health_check_interval=30,
-    )
-    return cast(Redis, cluster)
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    parsed = urlsplit(url)
-    return parsed.hostname or "localhost", parsed.port or 6379
 
 
 def _server_client(url: str, socket_timeout: float) -> Redis:

@@ -56,7 +56,8 @@ class Topology:
 
 async def describe(redis: Redis, tags: Iterable[str] = ()) -> Topology:
     """The server's kind; for a cluster, its shape, its troubles and where each of `tags` lives."""
-    from dispatch.queue.connect import ClusterFault, is_cluster
+    from dispatch.queue.cluster import ClusterFault
+    from dispatch.queue.connect import is_cluster
 
     if not is_cluster(redis):
         return Topology(cluster=False)

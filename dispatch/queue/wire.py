@@ -35,7 +35,7 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import AskError, MovedError, RedisClusterException, ResponseError
 
-from dispatch.queue.connect import ClusterFault
+from dispatch.queue.cluster import ClusterFault
 
 Command = tuple[Any, ...]
 REDIRECTS = 5  # a slot moving twice while one call is in the air is already rare

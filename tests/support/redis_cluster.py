@@ -6,7 +6,6 @@ managed cluster would."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,8 +15,8 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from bench.support.redis import cluster_port
 from tests.support.polling import eventually_sync
-from tests.support.redis_server import free_port
 
 
 @contextmanager
@@ -86,23 +85,6 @@ def seed_list(nodes: list[str]) -> str:
     """DISPATCH_REDIS_URL naming every node as a seed: `redis://a:1/0,a:2,a:3`."""
     first, *rest = nodes
     return ",".join([first, *(url.split("://", 1)[1].split("/", 1)[0] for url in rest)])
-
-
-def cluster_port() -> int:
-    """A free port whose cluster bus port (10000 above it) is free too and exists."""
-    while True:
-        port = free_port() % 50_000 + 1_024
-        if _free(port) and _free(port + 10_000):
-            return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _state_ok(port: int) -> bool:

@@ -22,7 +22,8 @@ from dispatch.cli.budget import doctor_warnings
 from dispatch.config.schemas import FILES, SecretProfile
 from dispatch.config.settings import Settings
 from dispatch.errors import ConfigError
-from dispatch.queue.connect import ClusterFault, is_cluster, open_redis
+from dispatch.queue.cluster import ClusterFault
+from dispatch.queue.connect import is_cluster, open_redis
 from dispatch.queue.keys import budget_keys, queue_keys
 from dispatch.queue.scripts import all_scripts, load_all, lua_dir
 from dispatch.queue.topology import describe
