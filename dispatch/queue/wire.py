@@ -21,7 +21,9 @@ On a Redis Cluster the commands go, on one of its pooled connections, to the pri
 their keys' slot (the callers send one queue's scripts, one hash tag). A MOVED or ASK reply
 says the command did not run there: it is sent again, that command alone, where the reply
 points (after ASKING, for ASK), with the slot map patched as redis-py patches it, up to a few
-times. Every other reply, TRYAGAIN and CLUSTERDOWN among them, is returned as above.
+times. Every other reply, TRYAGAIN and CLUSTERDOWN among them, is returned as above. A node
+that cannot be reached (a primary gone before its replica is promoted) fails the call as
+above, and the next call reads the slot map again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import AskError, MovedError, RedisClusterException, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from dispatch.queue.cluster import ClusterFault
 
@@ -79,7 +82,11 @@ async def _send_to_owner(cluster: RedisCluster, commands: Sequence[Command]) -> 
         node = cluster.get_default_node()
     else:
         node = cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
-    replies = await _on_node(node, commands)
+    try:
+        replies = await _on_node(node, commands)
+    except (RedisConnectionError, OSError):  # a primary gone: the next call asks for the map
+        cluster._request_refresh(last_failed_node_name=node.name)
+        raise
     for _ in range(REDIRECTS):
         moved = [i for i, r in enumerate(replies) if isinstance(r, AskError)]  # MOVED is one
         if not moved:
@@ -95,10 +102,13 @@ async def _redirected(cluster: RedisCluster, error: AskError, command: Command) 
         await cluster.nodes_manager.move_slot(error)
         node = cluster.nodes_manager.get_node_from_slot(error.slot_id)
         return (await _on_node(node, [command]))[0]
-    node = cluster.get_node(error.host, error.port) or ClusterNode(
-        error.host, error.port, **cluster.connection_kwargs
-    )
-    return (await _on_node(node, [("ASKING",), command]))[1]
+    known = cluster.get_node(error.host, error.port)
+    node = known or ClusterNode(error.host, error.port, **cluster.connection_kwargs)
+    try:
+        return (await _on_node(node, [("ASKING",), command]))[1]
+    finally:
+        if known is None:  # a node the map does not hold yet: its connection is not kept
+            await node.disconnect()
 
 
 async def _on_node(node: ClusterNode, commands: Sequence[Command]) -> list[Any]:

@@ -11,16 +11,23 @@ daemons ride through the slots moving, their lock renewals and sweeps included.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
+from redis.asyncio import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
+from dispatch.queue.connect import redis_client
 from dispatch.queue.keys import budget_keys, queue_keys
+from dispatch.queue.wire import send_all
 from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, dispatch_json
-from tests.support.polling import eventually_sync
+from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_cluster import redis_cluster, seed_list
 
 JOBS = 24
@@ -106,3 +113,38 @@ def test_a_promotion_while_jobs_run_loses_none_runs_none_twice_and_spends_no_att
     assert sorted((r["outcome"], r["attempt"]) for r in records) == [("completed", 1)] * JOBS
     for log in logs:  # no run lost its lock or was stopped for want of renewals
         assert '"event":"lock_lost"' not in log and '"event":"lock_deadline_stop"' not in log
+
+
+def test_after_a_primary_dies_the_wire_path_finds_its_promoted_replica(
+    tmp_path_factory: pytest.TempPathFactory, prefix: str
+) -> None:
+    """A primary shut down (no handover): its replica takes over after cluster-node-timeout
+    (2 s here). The wire path's calls to the dead node fail as faults, then, the slot map read
+    again, reach the new primary: none is lost to a map that still names the dead node."""
+    with redis_cluster(tmp_path_factory.mktemp("lame"), primaries=3, replicas=1) as urls:
+        asyncio.run(_through_a_dead_primary(urls, prefix))
+
+
+async def _through_a_dead_primary(urls: list[str], prefix: str) -> None:
+    key = queue_keys("jobs", prefix).wait
+    client = redis_client(seed_list(urls[:3]), 1)
+    assert isinstance(client, RedisCluster)
+    try:
+        assert await send_all(client, [("RPUSH", key, "a")]) == [1]
+        owner = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+        with (
+            Redis(host=owner.host, port=owner.port) as doomed,
+            contextlib.suppress(RedisConnectionError),
+        ):
+            doomed.shutdown(nosave=True)  # it waits for its replica to have "a" first
+
+        async def pushed() -> list[Any] | None:
+            with contextlib.suppress(RedisError):
+                return await send_all(client, [("RPUSH", key, "b")])
+            return None
+
+        assert await eventually(pushed, 30) == [2]  # the replica had "a": nothing lost
+        now = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+        assert now.name != owner.name
+    finally:
+        await client.aclose()
