@@ -47,7 +47,7 @@ class Cluster(RedisCluster):
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            if not self._topology_ready or self._initialize_due():  # the first waits for it
+            if not self._topology_ready:  # a refresh asked for later, redis-py runs itself
                 await super().initialize()
             return await super().execute_command(*args, **kwargs)
         except RedisClusterException as exc:

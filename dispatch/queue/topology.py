@@ -3,8 +3,8 @@ or a Redis Cluster with its primaries, their replicas, whether every slot is ser
 node holds each of the hash tags dispatch uses.
 
 A client opened by `queue.connect.open_redis` is already the right kind; `describe` reads the
-cluster's own view of itself (`CLUSTER INFO` and a `PING` from every primary, `CLUSTER SLOTS`
-for the map) so that a cluster that cannot serve every key is reported, never called "ok". A
+cluster's slot map (the client's, from `CLUSTER SLOTS`) and asks every primary for its own
+`CLUSTER INFO`, so that a cluster that cannot serve every key is reported, never called "ok". A
 command that still meets a redirection (a slot that moved more often than the client follows)
 is said in one line by the command line (`redirected`, `said`).
 """
@@ -38,7 +38,7 @@ class Topology:
     replicas: dict[str, int] = field(default_factory=dict)  # primary -> replicas serving it
     served: int = 0  # slots a primary serves
     troubles: list[str] = field(default_factory=list)  # each a reason it cannot serve
-    tags: dict[str, tuple[int, str]] = field(default_factory=dict)  # tag -> (slot, primary)
+    tags: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # tag -> slot, primary
 
     def words(self) -> str:
         if not self.cluster:
@@ -80,7 +80,7 @@ async def describe(redis: Redis, tags: Iterable[str] = ()) -> Topology:
     for tag in tags:
         slot = cluster.keyslot(tag)
         nodes = manager.slots_cache.get(slot) or []
-        found.tags[tag] = (slot, nodes[0].name if nodes else "no primary")
+        found.tags[tag] = (slot, nodes[0].name if nodes else None)
     return found
 
 

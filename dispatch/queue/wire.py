@@ -82,11 +82,7 @@ async def _send_to_owner(cluster: RedisCluster, commands: Sequence[Command]) -> 
         node = cluster.get_default_node()
     else:
         node = cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
-    try:
-        replies = await _on_node(node, commands)
-    except (RedisConnectionError, OSError):  # a primary gone: the next call asks for the map
-        cluster._request_refresh(last_failed_node_name=node.name)
-        raise
+    replies = await _on_node(cluster, node, commands)
     for _ in range(REDIRECTS):
         moved = [i for i, r in enumerate(replies) if isinstance(r, AskError)]  # MOVED is one
         if not moved:
@@ -101,20 +97,25 @@ async def _redirected(cluster: RedisCluster, error: AskError, command: Command) 
     if isinstance(error, MovedError):
         await cluster.nodes_manager.move_slot(error)
         node = cluster.nodes_manager.get_node_from_slot(error.slot_id)
-        return (await _on_node(node, [command]))[0]
+        return (await _on_node(cluster, node, [command]))[0]
     known = cluster.get_node(error.host, error.port)
     node = known or ClusterNode(error.host, error.port, **cluster.connection_kwargs)
     try:
-        return (await _on_node(node, [("ASKING",), command]))[1]
+        return (await _on_node(cluster, node, [("ASKING",), command]))[1]
     finally:
         if known is None:  # a node the map does not hold yet: its connection is not kept
             await node.disconnect()
 
 
-async def _on_node(node: ClusterNode, commands: Sequence[Command]) -> list[Any]:
+async def _on_node(
+    cluster: RedisCluster, node: ClusterNode, commands: Sequence[Command]
+) -> list[Any]:
     conn = node.acquire_connection()
     try:
         return await _exchange(conn, commands)
+    except (RedisConnectionError, OSError):  # a primary gone: the next call asks for the map
+        cluster._request_refresh(last_failed_node_name=node.name)
+        raise
     finally:
         node.release(conn)
 

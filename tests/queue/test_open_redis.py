@@ -45,7 +45,7 @@ async def test_a_seed_list_starts_while_its_first_seed_is_down(cluster_url: str)
 
 
 async def test_a_client_from_settings_becomes_a_cluster_s_on_entry(
-    cluster_url: str, prefix: str, tmp_path: object
+    cluster_url: str, prefix: str
 ) -> None:
     node = cluster_url.split(",")[0]
     settings = Settings(redis_url=node, embedded=False, prefix=prefix, host="h")

@@ -62,14 +62,10 @@ def _url_where(url: str) -> str:
     return f"{parsed.hostname or '?'}:{parsed.port or 6379}"
 
 
-def _seeds(redis: Redis) -> list[str]:
-    nodes = getattr(redis, "startup_nodes", [])
-    return [f"redis://{n.name}" for n in nodes]
-
-
 def _where(redis: Redis) -> str:
-    if is_cluster(redis):
-        return "a Redis Cluster through " + ", ".join(_url_where(u) for u in _seeds(redis))
+    if is_cluster(redis):  # its start-up nodes are named host:port, never with the password
+        seeds = redis.startup_nodes  # type: ignore[attr-defined]
+        return "a Redis Cluster through " + ", ".join(n.name for n in seeds)
     kwargs = redis.connection_pool.connection_kwargs
     if "path" in kwargs:
         return "unix socket"
@@ -143,9 +139,8 @@ async def _topology_checks(redis: Redis, settings: Settings) -> list[Check]:
     for name, tag in tags.items():
         if tag in found.tags:
             slot, node = found.tags[tag]
-            checks.append(
-                Check("redis-slot", node != "no primary", f"{name}: slot {slot} on {node}")
-            )
+            words = f"{name}: slot {slot} on {node or 'no primary'}"
+            checks.append(Check("redis-slot", node is not None, words))
     return checks
 
 
