@@ -147,6 +147,25 @@ def test_a_bad_setting_stops_the_daemon_with_one_line(env: dict[str, str]) -> No
         assert done.stderr.count("\n") == 1 and "DISPATCH_CONTAINER_PIDS_LIMIT" in done.stderr
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://u:secret@127.0.0.1:port/0",
+        "redis://:secret@127.0.0.1:6379/0,,127.0.0.1:7001",
+        "unix:///run/redis.sock,127.0.0.1:7001",
+        "memcached://:secret@127.0.0.1:11211",
+    ],
+)
+def test_a_bad_redis_url_is_one_line_that_keeps_the_password_out(
+    env: dict[str, str], url: str
+) -> None:
+    for command in ("worker", "status", "doctor"):
+        done = dispatch({**env, "DISPATCH_REDIS_URL": url}, command)
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.startswith("dispatch: DISPATCH_REDIS_URL: ")
+        assert done.stderr.count("\n") == 1 and "secret" not in done.stderr + done.stdout
+
+
 def test_a_memory_is_submitted_in_its_shortest_spelling() -> None:
     from dispatch.cli.inputs import memory
 

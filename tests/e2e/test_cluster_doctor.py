@@ -13,7 +13,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import MovedError
 
-from dispatch.queue import topology
+from dispatch.cli import commands
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
 from tests.support.redis_cluster import redis_cluster
 
@@ -78,7 +78,9 @@ def test_a_daemon_given_one_node_serves_the_cluster(
     assert said.returncode == 0 and "on-cluster" in said.stdout
 
 
-def test_a_redirection_is_said_in_one_line_not_as_a_bare_moved(nodes: list[str]) -> None:
+def test_a_redirection_is_said_in_one_line_not_as_a_bare_moved(
+    nodes: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     moved = []
     for url in nodes:  # a plain client of one node: the other nodes' slots answer MOVED
         with Redis.from_url(url) as node:
@@ -87,9 +89,9 @@ def test_a_redirection_is_said_in_one_line_not_as_a_bare_moved(nodes: list[str])
             except MovedError as exc:
                 moved.append(exc)
     assert len(moved) == 2
-    said = topology.said(moved[0])
-    assert said.startswith("the Redis Cluster answered MOVED (") and "\n" not in said
-    assert topology.redirected(moved[0])
+    assert commands._redis_failed(moved[0], f"redis: {moved[0]}") == 1  # the CLI's last resort
+    said = capsys.readouterr().err
+    assert said.startswith("dispatch: the Redis Cluster answered MOVED (") and said.count("\n") == 1
 
 
 def test_the_doctor_fails_on_a_primary_that_does_not_answer(
