@@ -15,36 +15,43 @@ import asyncio
 import builtins
 import contextlib
 import time
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
 
 from dispatch.clock import Clock, SystemClock
 from dispatch.config.settings import Settings, default_host, from_env
-from dispatch.errors import Conflict, InvalidJob, LockLost, NotFound, RedisUnavailable
+from dispatch.errors import Conflict, LockLost, NotFound, RedisUnavailable
 from dispatch.gates.wait.state import WaitState, WaitStates
 from dispatch.model import (
     DeferRecord,
     Job,
     Result,
     RunRecord,
-    decode_job,
-    encode_job,
     encoder,
     iso,
-    one_line,
 )
 from dispatch.queue import fleet_pause, keys
 from dispatch.queue.connect import redis_client, settled
 from dispatch.queue.faults import REDIS_FAULTS
 from dispatch.queue.fleet_pause import PauseState
 from dispatch.queue.heartbeats import heartbeats as heartbeats_of
-from dispatch.queue.transitions import Enqueued, NewJob, Queue
-from dispatch.reasons import CANCELLED, OPERATOR_CANCEL, lookup
-from dispatch.records.unreadable import UNREADABLE, Unreadable, detail, run_record
+from dispatch.queue.items import new_job, taken_refused
+from dispatch.queue.transitions import Enqueued, Queue
+from dispatch.reasons import CANCELLED, OPERATOR_CANCEL
+from dispatch.records.job_views import CancelAnswer as CancelAnswer
+from dispatch.records.job_views import CancelOutcome as CancelOutcome
+from dispatch.records.job_views import JobView as JobView
+from dispatch.records.job_views import (
+    decoded_views,
+    list_commands,
+    listed,
+    view_commands,
+    wanted_state,
+)
+from dispatch.records.unreadable import Unreadable, run_record
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -59,68 +66,6 @@ _GONE_STEP_S = 0.2  # how often a killed run's claim is looked at
 _CANCEL_LOOKS = 20
 _defer = msgspec.json.Decoder(DeferRecord)
 _result = msgspec.json.Decoder(Result)
-
-
-@dataclass
-class JobView:
-    id: str
-    queue: str
-    state: str  # waiting | delayed | active | completed | failed | cancelled
-    attempt: int = 0
-    stalls: int = 0
-    queued_at: str | None = None
-    until: str | None = None  # when a delayed job is due
-    owner: str | None = None  # host holding an active job's claim
-    token: str | None = None
-    defer: DeferRecord | None = None
-    result: Result | None = None
-    paused: str = ""  # a job that waits: "fleet" (dispatch pause) or "queue" (its own queue's)
-    unreadable: str = ""  # state "unreadable": which of its fields did not decode, and why
-    target: str = ""  # what it works on, when the listing read its document (`list(targets=)`)
-    project: str = ""  # its project, read with the target
-
-    @property
-    def reason(self) -> str:
-        if self.result is not None:
-            return self.result.reason
-        return self.defer.reason if self.defer and self.state == "delayed" else ""
-
-    @property
-    def sentence(self) -> str:
-        """The reason in plain words: the refusing gate's own, else the catalogue's."""
-        if self.result is not None and self.result.sentence:
-            return self.result.sentence
-        entry = lookup(self.reason)
-        return entry.sentence if entry else ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "queue": self.queue,
-            "state": self.state,
-            "reason": self.reason,
-            "sentence": self.sentence,
-            "until": self.until,
-            "attempt": self.attempt,
-            "owner": self.owner,
-            "queued_at": self.queued_at,
-            "defer": msgspec.to_builtins(self.defer) if self.defer else None,
-            "result": msgspec.to_builtins(self.result) if self.result else None,
-            "paused": self.paused or None,
-            "unreadable": self.unreadable or None,
-            **({"target": self.target} if self.target else {}),
-        }
-
-
-CancelOutcome = Literal[
-    "cancelled", "taken", "unowned", "finished", "unacknowledged", "killed", "kill-sent"
-]
-
-
-@dataclass(frozen=True)
-class CancelAnswer:
-    outcome: CancelOutcome
-    host: str = ""  # taken: the owner; cancelled: the owner that ended it so, if one did
 
 
 class Client:
@@ -179,19 +124,8 @@ class Client:
         self, job: Job, *, due_ms: int = 0, delay_ms: int = 0, dedup_window_ms: int = HOUR_MS
     ) -> Enqueued:
         """Validate and enqueue; a duplicate (same dedup key, window open) returns the first id."""
-        raw = _checked_document(job)
-        for name, value in (
-            ("due", due_ms),
-            ("delay", delay_ms),
-            ("dedup window", dedup_window_ms),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidJob(f"{name} must be a whole number of milliseconds, 0 or more")
-        new = NewJob(job.id, raw, due_ms, delay_ms, job.dedup or "", dedup_window_ms)
-        done = (await self.queue(job.queue).enqueue([new]))[0]
-        if done.taken:
-            raise Conflict(f"job id {job.id} is already taken")
-        return done
+        new = new_job(job, due_ms, delay_ms, dedup_window_ms)
+        return taken_refused(job, (await self.queue(job.queue).enqueue([new]))[0])
 
     async def get(self, job_id: str) -> JobView | None:
         """The job in the first queue (by name) that holds it: one round trip for all queues."""
@@ -204,33 +138,11 @@ class Client:
         """Each (queue, id)'s fields in one pipelined round trip, whatever the number of pairs,
         with whether the fleet or the job's queue is paused; `targets` reads each document too,
         for what the job works on (`JobView.target`)."""
-        by_queue = {q: keys.queue_keys(q, self.prefix) for q in {q for q, _ in wanted}}
+        commands = view_commands(wanted, self.prefix, targets)
         async with self.redis.pipeline(transaction=False) as p:
-            for queue, job_id in wanted:
-                k = by_queue[queue]
-                for key in (k.delayed, k.active, k.done):
-                    p.zscore(key, job_id)
-                if targets:
-                    p.hget(k.data, job_id)
-                else:
-                    p.hexists(k.data, job_id)  # whether it is known; the document is not needed
-                for key in (k.defer, k.result, k.lock, k.attempts, k.stalls, k.queued):
-                    p.hget(key, job_id)
-            p.exists(keys.fleet_paused(self.prefix))
-            for k in by_queue.values():
-                p.exists(k.paused)
-            replies = await p.execute()
-        n = len(wanted) * _VIEW_FIELDS
-        fleet, *flags = replies[n:]
-        paused = {q for q, flag in zip(by_queue, flags, strict=True) if flag}
-        fields = _chunks(replies[:n], _VIEW_FIELDS)
-        views = [_view(q, job_id, f) for (q, job_id), f in zip(wanted, fields, strict=True)]
-        if targets:
-            _with_targets(views, fields)
-        for v in views:
-            if v is not None and v.state in ("waiting", "delayed"):
-                v.paused = "fleet" if fleet else "queue" if v.queue in paused else ""
-        return views
+            for command in commands:
+                p.execute_command(*command)
+            return decoded_views(wanted, await p.execute(), targets)
 
     async def views(
         self, wanted: builtins.list[tuple[str, str]], targets: bool = False
@@ -246,22 +158,11 @@ class Client:
         (`targets`: with what each works on, read from its document)."""
         names = await self.queues()
         async with self.redis.pipeline(transaction=False) as p:
-            for name in names:
-                k = keys.queue_keys(name, self.prefix)
-                p.zrange(k.active, 0, limit - 1)
-                p.lrange(k.wait, 0, limit - 1)
-                p.zrange(k.delayed, 0, limit - 1)
-                p.zrevrange(k.done, 0, limit - 1)
+            for command in list_commands(names, self.prefix, limit):
+                p.execute_command(*command)
             groups = await p.execute()
-        wanted = [
-            (name, _text(job_id))
-            for name, ids in zip(names, _chunks(groups, 4), strict=True)
-            for group in ids
-            for job_id in group
-        ]
-        found = await self._views(wanted, targets)
-        # a job that cannot be read might be in any state: it is listed whatever was asked
-        return [v for v in found if v is not None and state in (None, v.state, UNREADABLE)]
+        found = await self._views(listed(names, groups), targets)
+        return wanted_state(found, state)
 
     async def cancel(self, job_id: str, wait_s: float = 10.0, kill: bool = False) -> CancelAnswer:
         """Stop exactly one job, whatever its state; raise NotFound for an unknown id.
@@ -453,66 +354,6 @@ class Client:
     async def pause_state(self) -> PauseState:
         """The fleet pause, if one stands, and which registered queues are paused."""
         return await fleet_pause.state(self.redis, self.prefix, await self.queues())
-
-
-_VIEW_FIELDS = 10  # what `_views` asks per job, in the order `_view` unpacks it
-
-
-def _view(queue: str, job_id: str, fields: list[Any]) -> JobView | None:
-    if not fields[3] and fields[2] is None:  # neither known nor done
-        return None
-    try:
-        return _decoded_view(queue, job_id, fields)
-    except ValueError as exc:  # msgspec's errors, int() of garbage, bytes that are not UTF-8
-        return JobView(job_id, queue, UNREADABLE, unreadable=detail("its fields", exc))
-
-
-def _decoded_view(queue: str, job_id: str, fields: list[Any]) -> JobView:
-    delayed, active, done, _, defer, result, lock, attempts, stalls, queued = fields
-    view = JobView(
-        job_id,
-        queue,
-        "waiting",
-        int(attempts or 0) + 1,
-        int(stalls or 0),
-        iso(int(queued)) if queued else None,
-    )
-    view.defer = _defer.decode(defer) if defer else None
-    if done is not None:
-        view.result = _result.decode(result) if result else None
-        view.state = view.result.state if view.result else "completed"
-    elif active is not None:
-        view.state, view.token = "active", _text(lock or b"")
-        view.owner = view.token.rpartition(":")[0] or None
-    elif delayed is not None:
-        view.state, view.until = "delayed", iso(int(delayed))
-    return view
-
-
-def _with_targets(views: list[JobView | None], fields: list[list[Any]]) -> None:
-    for v, f in zip(views, fields, strict=True):
-        if v is not None and isinstance(f[3], bytes):  # the document, read instead of HEXISTS
-            v.target, v.project = _target(f[3])
-
-
-def _target(raw: bytes) -> tuple[str, str]:
-    """What the job works on (a repo ref or a folder's base name) and its project; "" for a
-    document that does not decode (its view says why elsewhere)."""
-    try:
-        job = decode_job(raw)
-    except InvalidJob:
-        return "", ""
-    return job.target(), job.project or ""
-
-
-def _checked_document(job: Job) -> bytes:
-    """Encode, then decode as a daemon would: a job built in code gets the same checks."""
-    try:
-        raw = encode_job(job)
-    except (TypeError, msgspec.EncodeError) as exc:
-        raise InvalidJob(one_line(f"job document: {exc}")) from None
-    decode_job(raw)
-    return raw
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:

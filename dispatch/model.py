@@ -170,6 +170,16 @@ def peek_version(raw: bytes | str) -> int:
     return v if isinstance(v, int) else 0
 
 
+def checked_document(job: Job) -> bytes:
+    """Encoded, then decoded as a daemon would: a job built in code gets the same checks."""
+    try:
+        raw = encode_job(job)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidJob(one_line(f"job document: {exc}")) from None
+    decode_job(raw)
+    return raw
+
+
 def decode_job(raw: bytes | str) -> Job:
     """Decode and validate a job document; raise InvalidJob with a one-line reason."""
     size = len(raw.encode() if isinstance(raw, str) else raw)

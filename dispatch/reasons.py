@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 
-from dispatch.secrets.patterns import scrub_patterns
-
 Kind = Literal["defer", "refusal", "outcome", "abort", "infra"]
 Outcome = Literal["completed", "policy", "failed", "infra", "cancelled"]
 _O = TypeVar("_O", bound=Outcome)
@@ -531,6 +529,8 @@ def with_error(token: str, error: object) -> str:
     """A token followed by the message that explains it, cut to fit a record field. Every
     runner or engine message a record carries comes through here, so it is scrubbed of
     credential shapes here (an engine's message may quote the job's env), before the cut."""
+    from dispatch.secrets.patterns import scrub_patterns  # compiled for errors alone: not at import
+
     return scrub_patterns(f"{token}: {error}")[:_ERROR_CAP]
 
 

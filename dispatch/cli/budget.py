@@ -4,20 +4,19 @@ the doctor's warnings about caps that cannot do what they seem to."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from dispatch.config.limits import parse_scope
-from dispatch.config.schemas import ConfigSnapshot, ScopedLimit
 from dispatch.config.settings import Settings
 from dispatch.errors import InvalidJob
 from dispatch.model import cost_problems
-from dispatch.spend.plan import MICRO, ledger_of
-from dispatch.spend.standing import Line, lines
+
+if TYPE_CHECKING:  # the rest is loaded by the budget report alone, not by `submit`
+    from dispatch.config.schemas import ConfigSnapshot, ScopedLimit
+    from dispatch.spend.standing import Line
 
 Adder = Callable[..., argparse.ArgumentParser]
 
@@ -51,8 +50,11 @@ def add_budget_command(add: Adder, func: Callable[..., int]) -> None:
 
 
 def report(settings: Settings, as_json: bool, now_ms: int) -> str:
+    import asyncio
+
     from dispatch.client import Client
     from dispatch.config.watcher import load_once
+    from dispatch.spend.standing import lines
 
     snapshot = load_once(settings.config_dir)
 
@@ -69,6 +71,8 @@ def report(settings: Settings, as_json: bool, now_ms: int) -> str:
 
 
 def _amount(metric: str, value: int) -> str:
+    from dispatch.spend.plan import MICRO
+
     return f"${value / MICRO:,.2f}" if metric == "usd" else f"{value:,}"
 
 
@@ -113,6 +117,9 @@ def _dollar_caps(row: ScopedLimit) -> list[float]:
 
 
 def _row_warnings(row: ScopedLimit, snapshot: ConfigSnapshot) -> list[str]:
+    from dispatch.config.limits import parse_scope
+    from dispatch.spend.plan import ledger_of
+
     scope = parse_scope(row.scope)
     label = ledger_of(scope).label
     found = []

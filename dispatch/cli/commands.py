@@ -4,27 +4,24 @@ always with a one-line reason on stderr."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
-from typing import Any, NoReturn
-
-import msgspec
-from redis.exceptions import RedisError
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dispatch.cli import budget as spend
-from dispatch.cli import drain, filters, inputs, service, story, triggers, waits
-from dispatch.cli import views as view
+from dispatch.cli import drain, filters, inputs, service, waits
 from dispatch.cli.inputs import UsageError
-from dispatch.client import Client
-from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings, from_env
 from dispatch.errors import ConfigError, Conflict, DispatchError, InvalidJob, NotFound
-from dispatch.model import Job, Size, decode_job, new_id
-from dispatch.queue import topology
+
+if TYPE_CHECKING:
+    from dispatch.client import Client
+    from dispatch.model import Job
+
+# Each command imports what it uses: redis-py's asyncio client alone takes longer to load than
+# `submit` and `jobs` take in all (they go through cli/quick.py), and the parser needs none of it.
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -42,20 +39,31 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = args.func(args, settings)
     except (InvalidJob, ConfigError, UsageError) as exc:
         code = _fail(str(exc), 2)
-    except (RedisError, OSError) as exc:
-        code = _redis_failed(exc, f"redis: {exc}")
     except DispatchError as exc:
         code = _redis_failed(exc, str(exc))
     except KeyboardInterrupt:
         code = 1
+    except Exception as exc:
+        if not _redis_error(exc):
+            raise
+        code = _redis_failed(exc, f"redis: {exc}")
     sys.exit(code)
+
+
+def _redis_error(exc: Exception) -> bool:
+    """redis-py's errors, and the OS's; redis-py is asked only if a command loaded it."""
+    errors = sys.modules.get("redis.exceptions")
+    return isinstance(exc, OSError) or (errors is not None and isinstance(exc, errors.RedisError))
 
 
 def _redis_failed(exc: BaseException, said: str) -> int:
     """A cluster's redirection the client could not follow is said for what it is, never as a
     bare `16315 127.0.0.1:7003` (what redis-py makes of MOVED)."""
-    if topology.redirected(exc):
-        return _fail(topology.said(exc), 1)
+    if "redis" in sys.modules:  # only redis-py's errors are ever a redirection
+        from dispatch.queue import topology
+
+        if topology.redirected(exc):
+            return _fail(topology.said(exc), 1)
     return _fail(said, 1)
 
 
@@ -65,6 +73,10 @@ def _fail(reason: str, code: int) -> int:
 
 
 def _with_client(fn: Callable[[Client], Awaitable[int]], settings: Settings) -> int:
+    import asyncio
+
+    from dispatch.client import Client
+
     async def go() -> int:
         async with Client.from_settings(settings) as client:
             return await fn(client)
@@ -76,6 +88,8 @@ def _with_client(fn: Callable[[Client], Awaitable[int]], settings: Settings) -> 
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import replace
+
     from dispatch.daemon import assembly as daemon
     from dispatch.daemon.instance import hold_instance
     from dispatch.queue import embedded
@@ -105,6 +119,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import quick
     from dispatch.secrets.detect import warning
 
     job = _job_from_args(args, settings)
@@ -112,41 +127,36 @@ def cmd_submit(args: argparse.Namespace, settings: Settings) -> int:
     waits.check_afters(job, int(time.time() * 1000), settings.wait_after_max_ms)
     due_ms, delay_ms = inputs.parse_after(args.after)
     window = inputs.duration("--dedup-window", args.dedup_window)
-
-    async def go(client: Client) -> int:
-        try:
-            done = await client.submit(
-                job, due_ms=due_ms, delay_ms=delay_ms, dedup_window_ms=window
-            )
-        except Conflict as exc:  # a taken id is the submitter's input, like any other
-            raise UsageError(str(exc)) from None
-        print(done.id)
-        if said := warning(job.plain_env()):  # a hint once stored: a refusal stays one line
-            print(f"dispatch: {said}", file=sys.stderr)
-        return 0
-
-    return _with_client(go, settings)
+    try:
+        done = quick.submit(settings, job, due_ms=due_ms, delay_ms=delay_ms, dedup_window_ms=window)
+    except Conflict as exc:  # a taken id is the submitter's input, like any other
+        raise UsageError(str(exc)) from None
+    print(done.id)
+    if said := warning(job.plain_env()):  # a hint once stored: a refusal stays one line
+        print(f"dispatch: {said}", file=sys.stderr)
+    return 0
 
 
 def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import quick
+    from dispatch.cli import views as view
+
     wanted = filters.Filters.of(args, int(time.time() * 1000))  # checked before Redis is asked
-
-    async def go(client: Client) -> int:
-        found = await client.list(args.state, args.limit, targets=bool(args.target))
-        views = [v for v in waits.by_reason(found, args.reason) if wanted.keep(v)]
-        views = filters.oldest_first(views)
-        if args.json:  # each waiting job says `paused` there; the list keeps its shape
-            print(view.jobs_json(views))
-            return 0
-        for line in view.pause_lines(await client.pause_state()):
-            print(line)
-        print(view.jobs_table(views))
+    found, pause = quick.jobs(settings, args.state, args.limit, targets=bool(args.target))
+    views = [v for v in waits.by_reason(found, args.reason) if wanted.keep(v)]
+    views = filters.oldest_first(views)
+    if args.json:  # each waiting job says `paused` there; the list keeps its shape
+        print(view.jobs_json(views))
         return 0
-
-    return _with_client(go, settings)
+    for line in view.pause_lines(pause):
+        print(line)
+    print(view.jobs_table(views))
+    return 0
 
 
 def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import story, triggers
+
     async def go(client: Client) -> int:
         if not args.json:
             print(await story.story(client, args.id))
@@ -163,6 +173,8 @@ def cmd_why(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import views as view
+
     async def go(client: Client) -> int:
         answer = await client.cancel(args.id, args.wait, kill=args.kill)
         line, code = view.cancel_line(args.id, answer)
@@ -173,6 +185,8 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import views as view
+
     async def go(client: Client) -> int:
         names = await (client.pause() if args.cmd == "pause" else client.resume())
         print(view.pause_line(args.cmd, names))
@@ -182,10 +196,14 @@ def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_triggers(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import triggers
+
     return _with_client(lambda client: triggers.show(client, settings, args.json), settings)
 
 
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import triggers
+
     return _with_client(lambda client: triggers.act(client, settings, args), settings)
 
 
@@ -262,6 +280,8 @@ def cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.cli import views as view
+
     async def go(client: Client) -> int:
         records = await client.run_rows(args.limit)
         print(view.runs_json(records) if args.json else view.runs_table(records))
@@ -285,6 +305,8 @@ def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_budget(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatch.clock import SystemClock
+
     print(spend.report(settings, args.json, SystemClock().now_ms()))
     return 0
 
@@ -299,6 +321,10 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _job_from_args(args: argparse.Namespace, settings: Settings) -> Job:
+    import msgspec
+
+    from dispatch.model import Job, Size, decode_job, new_id
+
     if args.json:
         raw = inputs.read_file(args.json)
         return decode_job(raw)

@@ -6,16 +6,17 @@ drain, upgrade, start, next host."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dispatch.cli import inputs
-from dispatch.client import Client
 from dispatch.errors import DispatchError
-from dispatch.fleet import drain
 from dispatch.model import iso
-from dispatch.queue import heartbeats, keys
+from dispatch.queue import keys
+
+if TYPE_CHECKING:
+    from dispatch.client import Client
 
 DEFAULT_GRACE = "1h"  # agents' jobs run long: a drain lets them finish, unlike a plain stop
 MAX_GRACE_S = 7 * 86_400.0
@@ -33,6 +34,8 @@ def add_command(add: Callable[..., argparse.ArgumentParser], func: Callable[...,
 
 
 async def run(client: Client, host: str, grace: str, wait: bool) -> int:
+    from dispatch.fleet import drain
+
     grace_s = inputs.duration("--grace", grace) / 1000
     if grace_s > MAX_GRACE_S:
         raise inputs.UsageError(f"--grace {grace}: at most 7d")
@@ -52,6 +55,8 @@ async def run(client: Client, host: str, grace: str, wait: bool) -> int:
 
 
 async def started_ms(client: Client, host: str) -> int | None:
+    from dispatch.queue import heartbeats
+
     raw = await client.redis.get(keys.host_alive(host, client.prefix))
     beat = heartbeats.decode(raw.encode() if isinstance(raw, str) else raw)
     found = beat.get("started_ms") if beat else None
@@ -60,6 +65,8 @@ async def started_ms(client: Client, host: str) -> int | None:
 
 async def _until_gone(client: Client, host: str, started: int, within_s: float) -> int:
     """Exited: its heartbeat is gone, or another daemon's (a start after the drain) beats."""
+    import asyncio
+
     deadline = client.clock.monotonic() + within_s
     while client.clock.monotonic() < deadline:
         now = await started_ms(client, host)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dispatch.cli import inputs
-from dispatch.client import JobView
 from dispatch.model import instant_ms
+
+if TYPE_CHECKING:
+    from dispatch.records.job_views import JobView
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

@@ -19,12 +19,9 @@ import argparse
 import math
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 from dispatch.config.settings import Settings
@@ -66,6 +63,8 @@ def scopes(settings: Settings) -> dict[str, Scope]:
 
 def template() -> str:
     """The installed package's copy, else the checkout's `deploy/`."""
+    from importlib.resources import files
+
     packaged = Path(str(files("dispatch") / "deploy" / TEMPLATE))
     checkout = Path(__file__).resolve().parents[2] / "deploy" / TEMPLATE
     return (packaged if packaged.exists() else checkout).read_text()
@@ -185,6 +184,8 @@ def uninstall(scope: Scope) -> int:
 
 
 def status(scope: Scope, settings: Settings) -> int:
+    import subprocess
+
     fields = "ActiveState,SubState,MainPID,NRestarts,StatusText,ExecMainStatus,UnitFileState"
     done = subprocess.run(
         [*scope.systemctl, "show", UNIT, f"--property={fields}"],
@@ -240,6 +241,8 @@ def _write(path: Path, text: str, mode: int) -> None:
 
 def _print_privileged(scope: Scope, unit: str, env: str) -> int:
     """Not root: the files go to a private temporary dir, and these commands install them."""
+    import tempfile
+
     staged = Path(tempfile.mkdtemp(prefix="dispatch-service-"))
     _write(staged / "dispatch.env", env, 0o600)
     _write(staged / UNIT, unit, 0o644)
@@ -252,6 +255,8 @@ def _print_privileged(scope: Scope, unit: str, env: str) -> int:
 
 
 def _systemctl(scope: Scope, *args: str) -> int:
+    import subprocess
+
     try:
         return subprocess.run([*scope.systemctl, *args]).returncode
     except FileNotFoundError:

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from dispatch.client import CancelAnswer, JobView
 from dispatch.model import DeferRecord, Result, RunRecord, one_line
-from dispatch.queue.fleet_pause import PauseState
+from dispatch.queue.pause_marks import PauseState
 from dispatch.reasons import lookup
+from dispatch.records.job_views import CancelAnswer, JobView
 from dispatch.records.unreadable import UNREADABLE, Unreadable
 
 _STATE_ORDER = ["active", "waiting", "delayed", "failed", "cancelled", "completed", UNREADABLE]

@@ -7,15 +7,17 @@ import argparse
 import fnmatch
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from dispatch.client import JobView
 from dispatch.config.settings import parse_duration_ms
 from dispatch.errors import ConfigError, InvalidJob
-from dispatch.gates.wait.refusals import span
-from dispatch.gates.wait.state import WaitState
 from dispatch.model import Job, instant_ms, iso
+
+if TYPE_CHECKING:
+    from dispatch.gates.wait.state import WaitState
+    from dispatch.records.job_views import JobView
 
 # -- submit --wait-for ------------------------------------------------------------------------
 
@@ -57,6 +59,8 @@ def check_afters(job: Job, now_ms: int, max_ms: int) -> None:
     for w in job.wait_for:
         at = instant_ms(w.after) if w.after else None
         if at is not None and at - now_ms > max_ms:
+            from dispatch.gates.wait.refusals import span
+
             raise InvalidJob(
                 f"waitFor after {w.after!r} is further out than DISPATCH_WAIT_AFTER_MAX"
                 f" ({span(max_ms)})"

@@ -38,49 +38,23 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import msgspec
 from redis.asyncio import Redis
 
 from dispatch.log import event
 from dispatch.queue import keys
+from dispatch.queue.pause_marks import FLEET_MARK as FLEET_MARK
+from dispatch.queue.pause_marks import SHARED_QUEUE as SHARED_QUEUE
+from dispatch.queue.pause_marks import FleetPause as FleetPause
+from dispatch.queue.pause_marks import PauseState as PauseState
+from dispatch.queue.pause_marks import decode as decode
+from dispatch.queue.pause_marks import registered_names
 from dispatch.queue.transitions import Queue
-
-SHARED_QUEUE = "jobs"  # every daemon reads it, so it is listed even before its first job
-FLEET_MARK = "fleet:"
-
-
-class FleetPause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    id: str
-    at: str = ""  # when `dispatch pause` was given (ISO-8601)
-    by: str = ""  # the host it was given from
-
-    @property
-    def mark(self) -> str:
-        """What a queue's `paused` key holds while it carries this pause."""
-        return FLEET_MARK + self.id
-
-
-@dataclass(frozen=True)
-class PauseState:
-    fleet: FleetPause | None = None
-    queues: list[str] = field(default_factory=list)  # queues whose own key is set
-
-
-def decode(raw: bytes | str | None) -> FleetPause | None:
-    """The standing pause; a value that is not our JSON (set by hand) still pauses."""
-    if raw is None:
-        return None
-    try:
-        return msgspec.json.decode(raw, type=FleetPause)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return FleetPause(id=_text(raw))
 
 
 async def registered(redis: Redis, prefix: str) -> list[str]:
-    names = {_text(n) for n in await redis.smembers(keys.queues_registry(prefix))}
-    return sorted(names | {SHARED_QUEUE})
+    return registered_names(await redis.smembers(keys.queues_registry(prefix)))
 
 
 async def pause(redis: Redis, prefix: str, *, at: str = "", by: str = "") -> list[str]:

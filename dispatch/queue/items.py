@@ -7,12 +7,16 @@ msgspec structs, which build in a tenth of a frozen dataclass's time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
-from dispatch.errors import DispatchError
+from dispatch.errors import Conflict, DispatchError, InvalidJob
+from dispatch.model import Job, checked_document
+from dispatch.queue.keys import QueueKeys
+from dispatch.queue.lua_source import Arg, Code
 
 DAY_MS = 24 * 3_600_000
 MAX_DELAY_MS = 10 * 365 * DAY_MS  # the longest retry or deferral job_finish.lua takes
@@ -87,3 +91,39 @@ class EnqueueIncomplete(DispatchError):
         super().__init__(message)
         self.done = done
         self.pending = pending
+
+
+def enqueue_call(k: QueueKeys, jobs: Sequence[NewJob]) -> tuple[list[str], list[Arg]]:
+    """job_enqueue.lua's keys and arguments for `jobs` (at most `MAX_ITEMS`)."""
+    args: list[Arg] = []
+    for j in jobs:
+        args += [j.id, j.data, j.due_ms, j.delay_ms, j.dedup, j.dedup_window_ms]
+    return [k.data, k.queued, k.wait, k.delayed, k.dedup, k.dedup_exp, k.done, k.marker], args
+
+
+def enqueued(out: Sequence[Any]) -> list[Enqueued]:
+    """job_enqueue.lua's answer (code, id per job), already `checked`, one `Enqueued` each."""
+    return [
+        Enqueued(_text(job_id), int(code) == 1, int(code) == Code.CONFLICT)
+        for code, job_id in zip(out[::2], out[1::2], strict=True)
+    ]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def new_job(job: Job, due_ms: int, delay_ms: int, dedup_window_ms: int) -> NewJob:
+    """`job` checked as a daemon would read it, with its instants checked too; InvalidJob if not."""
+    raw = checked_document(job)
+    for name, value in (("due", due_ms), ("delay", delay_ms), ("dedup window", dedup_window_ms)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidJob(f"{name} must be a whole number of milliseconds, 0 or more")
+    return NewJob(job.id, raw, due_ms, delay_ms, job.dedup or "", dedup_window_ms)
+
+
+def taken_refused(job: Job, done: Enqueued) -> Enqueued:
+    """`done`, unless the job's id belongs to another job: then Conflict (nothing was written)."""
+    if done.taken:
+        raise Conflict(f"job id {job.id} is already taken")
+    return done

@@ -56,6 +56,8 @@ from dispatch.queue.items import (
     Finish,
     NewJob,
     Retention,
+    enqueue_call,
+    enqueued,
 )
 from dispatch.queue.keys import DEFAULT_PREFIX, QueueKeys, queue_keys, queues_registry
 from dispatch.queue.scripts import Arg, Code, checked, load_all, raise_for, script
@@ -115,20 +117,13 @@ class Queue:
         return done
 
     async def _enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        k = self.keys
-        args: list[Arg] = []
-        for j in jobs:
-            args += [j.id, j.data, j.due_ms, j.delay_ms, j.dedup, j.dedup_window_ms]
-        keys = [k.data, k.queued, k.wait, k.delayed, k.dedup, k.dedup_exp, k.done, k.marker]
+        keys, args = enqueue_call(self.keys, jobs)
         with queue_call("enqueue"):
             out = checked(await script("job_enqueue")(self.redis, keys, args), "enqueue")
             if not self._registered:  # only once the queue really holds something
                 await self.redis.sadd(queues_registry(self.prefix), self.name)
                 self._registered = True
-        return [
-            Enqueued(_text(job_id), int(code) == 1, int(code) == Code.CONFLICT)
-            for code, job_id in zip(out[::2], out[1::2], strict=True)
-        ]
+        return enqueued(out)
 
     def _claim_call(self, count: int, host: str, lock_ms: int) -> tuple[list[str], list[Arg]]:
         k = self.keys

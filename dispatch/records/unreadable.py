@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from dispatch.model import RunRecord, one_line
-from dispatch.records.disk_log import decode as decode_record
+
+# as records/disk_log.py decodes them; not imported from there, which loads asyncio for the
+# daemon's writer: `dispatch jobs` lists through this module and loads no event loop
+_decode_record = msgspec.json.Decoder(RunRecord).decode
 
 UNREADABLE = "unreadable"  # the state a listing gives a job whose fields do not decode
 _DETAIL_CAP = 200
@@ -32,6 +37,6 @@ def detail(what: str, exc: Exception) -> str:
 
 def run_record(queue: str, run_id: str, raw: bytes | str) -> RunRecord | Unreadable:
     try:
-        return decode_record(raw)
+        return _decode_record(raw)
     except ValueError as exc:  # msgspec's decode and validation errors are ValueErrors
         return Unreadable(queue, run_id, detail("run record", exc))
