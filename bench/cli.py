@@ -1,6 +1,6 @@
 """Wall time of the CLI's most used commands, as an operator's shell meets them.
 
-    python -m bench.cli [--runs 20] [--warmup 3] [--jobs 1000] [--json]
+    python -m bench.cli [--runs 20] [--warmup 3] [--jobs 1000] [--tree DIR] [--json]
 
 Starts its own redis-server on a free port (no persistence) unless DISPATCH_REDIS_URL names
 one, fills one queue with `--jobs` jobs the way `bench.fleet_view` does (mostly delayed, some
@@ -8,6 +8,11 @@ waiting, a tenth finished), then runs
 each command as a child process of its own, the way hyperfine does: `--warmup` untimed runs,
 then `--runs` timed ones, each from fork to exit. Prints mean, standard deviation, min, median
 and max in ms, and the floor every command pays: the interpreter starting with nothing to do.
+
+The children write their bytecode caches (PYTHONDONTWRITEBYTECODE is taken out of their
+environment), as an operator's machine does: without them each run compiles every module it
+loads again, some 30 ms here. `--tree DIR` runs another checkout's code (its folder goes first
+on PYTHONPATH), to time a change's before beside its after.
 
 Targets (issue 31): `dispatch submit` <= 150 ms, `dispatch jobs` <= 200 ms (medians).
 """
@@ -72,10 +77,13 @@ def summary(ms: list[float]) -> dict[str, float]:
     }
 
 
-def run(url: str, runs: int, warmup: int, jobs: int) -> dict[str, dict[str, float]]:
+def run(url: str, runs: int, warmup: int, jobs: int, tree: str = "") -> dict[str, dict[str, float]]:
     prefix = f"benchcli{uuid.uuid4().hex[:8]}"
     asyncio.run(fill_queue(url, prefix, jobs))
     env = {**os.environ, "DISPATCH_REDIS_URL": url, "DISPATCH_PREFIX": prefix}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
     dispatch = str(Path(sys.executable).with_name("dispatch"))
     figures = {}
     for name, argv in commands(dispatch).items():
@@ -90,14 +98,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--tree", default="", help="a checkout whose code the commands run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     given = os.environ.get("DISPATCH_REDIS_URL")
     if given:
-        figures = run(given, args.runs, args.warmup, args.jobs)
+        figures = run(given, args.runs, args.warmup, args.jobs, args.tree)
     else:
         with redis_server() as url:
-            figures = run(url, args.runs, args.warmup, args.jobs)
+            figures = run(url, args.runs, args.warmup, args.jobs, args.tree)
     if args.json:
         print(json.dumps(figures, indent=2))
         return

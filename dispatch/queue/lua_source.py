@@ -18,7 +18,6 @@ import hashlib
 import re
 from enum import IntEnum
 from functools import cache
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +74,10 @@ def checked(reply: Any, what: str) -> Any:
 @cache
 def lua_dir() -> Path:
     """The folder of the scripts: the installed package's copy, else the checkout's `lua/`."""
-    # pip unpacks a wheel onto disk, so the package's resources are plain files
-    packaged = Path(str(files("dispatch") / "lua"))
-    checkout = Path(__file__).resolve().parents[2] / "lua"
+    # pip unpacks a wheel onto disk, so the package's resources are plain files beside it
+    # (importlib.resources would say the same, at the cost of loading it and tempfile)
+    package = Path(__file__).resolve().parents[1]
+    packaged, checkout = package / "lua", package.parent / "lua"
     for folder in (packaged, checkout):
         if folder.is_dir():
             return folder
