@@ -5,8 +5,8 @@
 Starts its own redis-server on a free port (no persistence) unless DISPATCH_REDIS_URL names
 one, and uses a fresh key prefix per run. The daemons are dispatch's own `Worker`, each in a
 process of its own (host names bench-1, bench-2, ...) with default timings, a processor
-without gates (with every gate, on an empty config dir, under `--gates`), and an in-process
-runner that returns at once.
+without gates (with every gate, on an empty config dir, under `--gates`; bench.config_scale
+gives it a full one), and an in-process runner that returns at once.
 
 Phases, in order:
   enqueue   N jobs into a paused queue, `--batch` per `Queue.enqueue` call; no daemon runs.
@@ -50,11 +50,13 @@ from bench.support.cpu import machine_cpu_s, process_cpu_s
 from bench.support.redis import Stats, redis_server, redis_version, server_ms, stats
 from bench.support.stats import percentile
 from dispatch.clock import SystemClock
+from dispatch.config.schemas import ConfigSnapshot
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
 from dispatch.daemon.assembly import gated_processor
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
+from dispatch.gates.base import active
 from dispatch.log import log
 from dispatch.model import Job, encode_job, new_id
 from dispatch.queue import keys
@@ -69,6 +71,7 @@ LEAD_MS = 1_000  # the first due instant, after the server time read before enqu
 POLL_S = 0.02
 POLL_CMDS = 3  # LLEN wait, ZCARD active, ZCARD delayed
 BENIGN = {"worker_started", "worker_draining", "worker_stopped"}
+CONFIG_ROWS = ("limits", "windows", "triggers", "projects", "endpoints")
 
 
 # -- the daemon side ------------------------------------------------------------------------
@@ -112,6 +115,7 @@ class DaemonSpec:
     concurrency: int
     state_dir: Path
     gates: bool = False
+    config_dir: Path | None = None  # the gated daemon's; None: an empty one in its state dir
 
 
 async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
@@ -126,12 +130,14 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
     )
     redis, blocking = redis_client(spec.url, 15), redis_client(spec.url, 30)
     runner = NoopRunner(spec.state_dir / "ran.txt")
+    seen: Row = {}
     async with contextlib.AsyncExitStack() as stack:
-        if spec.gates:  # every gate, as `dispatch worker` runs them, on an empty config dir
-            config = ConfigFiles(spec.state_dir / "config", SystemClock())
+        if spec.gates:  # every gate, as `dispatch worker` runs them, on its config dir
+            config = ConfigFiles(spec.config_dir or spec.state_dir / "config", SystemClock())
             processor = await stack.enter_async_context(
                 gated_processor(settings, redis, runner, config)
             )
+            stack.callback(lambda: seen.update(config_seen(config.current(), processor)))
         else:
             output = spec.state_dir / "output"
             processor = Processor(ProcessorSettings(host=spec.host, output_dir=output), runner)
@@ -143,7 +149,16 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
         await task
     await redis.aclose()
     await blocking.aclose()
-    return {"host": spec.host, "ids": runner.ran(), "lateness_ms": runner.lateness_ms}
+    ran = {"host": spec.host, "ids": runner.ran(), "lateness_ms": runner.lateness_ms}
+    return {**ran, **seen}
+
+
+def config_seen(config: ConfigSnapshot, processor: Processor) -> Row:
+    """What the gated daemon's gates read at the end: the rows of each file, the files it
+    could not load, and the gates that config left active."""
+    rows = {name: len(getattr(config, name)) for name in CONFIG_ROWS}
+    gates = [g.name for g in active(processor.gates, config)]
+    return {"config_rows": rows, "config_errors": dict(config.errors), "active_gates": gates}
 
 
 def daemon_main(spec: DaemonSpec, stop_flag: Any, out: Any) -> None:
@@ -158,12 +173,27 @@ class Fleet:
     """P daemon processes on one prefix: started, awaited, stopped, their tallies gathered."""
 
     def __init__(
-        self, url: str, prefix: str, processes: int, concurrency: int, tmp: Path, gates: bool
+        self,
+        url: str,
+        prefix: str,
+        processes: int,
+        concurrency: int,
+        tmp: Path,
+        gates: bool,
+        config_dir: Path | None = None,
     ):
         ctx = mp.get_context("spawn")
         self.stop_flag, self.out = ctx.Event(), ctx.Queue()
         self.specs = [
-            DaemonSpec(url, prefix, f"bench-{i + 1}", concurrency, tmp / f"{prefix}-{i + 1}", gates)
+            DaemonSpec(
+                url,
+                prefix,
+                f"bench-{i + 1}",
+                concurrency,
+                tmp / f"{prefix}-{i + 1}",
+                gates,
+                config_dir,
+            )
             for i in range(processes)
         ]
         self.procs = [

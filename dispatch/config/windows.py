@@ -10,6 +10,10 @@ time that does not exist (skipped in spring) becomes the first instant after the
 the transition itself: 02:30 on a 02:00->03:00 day starts at 03:00. One that exists twice
 (repeated in autumn) is its first occurrence.
 
+`next_start` says how long a window stays inactive: no occurrence covers an instant between
+one it does not cover and the next occurrence's start, since an occurrence starts on its own
+wall date (wall dates never run backwards: a fall-back at midnight lands on the same date).
+
 A row is read in one pass that yields its schedule or its problems (`schedule_of`,
 `window_problems`), so the config loader (dispatch.config.watcher), which refuses a file with a
 bad row, and the pause gate, which skips one, can never disagree about what a row means.
@@ -30,6 +34,8 @@ _HH_MM = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
 _FORGE_REPO = re.compile(r"[A-Za-z][\w.-]*:[^/\s]+/[^/\s]+")  # github:owner/name
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
+NEVER_MS = 2**62  # no start to come
+_LOOK_DAYS = 8  # every weekday occurs within a week: a start is found within 8 days
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,10 @@ class Fixed:
 
     def end_covering(self, t_ms: int) -> int | None:
         return self.end_ms if self.start_ms <= t_ms < self.end_ms else None
+
+    def next_start(self, t_ms: int) -> int:
+        """The first start after `t_ms`; NEVER_MS when the window has none to come."""
+        return self.start_ms if self.start_ms > t_ms else NEVER_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +68,19 @@ class Recurring:
             if start_ms <= t_ms < end_ms:
                 return end_ms
         return None
+
+    def next_start(self, t_ms: int) -> int:
+        """The first start of an occurrence after `t_ms` (one starting on an earlier wall
+        date started before `t_ms`)."""
+        today = wall(t_ms, self.tz).date()
+        for ahead in range(_LOOK_DAYS):
+            day = today + timedelta(days=ahead)
+            if self.days and day.weekday() not in self.days:
+                continue
+            start_ms = _occurrence(self, day)[0]
+            if start_ms > t_ms:
+                return start_ms
+        return t_ms + 86_400_000  # none within the days looked at: surely none in the next one
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,9 +9,11 @@ pushes how to give it back onto `pickup.holds`; the processor gives every hold b
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
+import anyio
 import msgspec
 
 from dispatch.config.schemas import ConfigSnapshot, Project
@@ -150,3 +152,27 @@ def active(gates: list[Gate], config: ConfigSnapshot) -> list[Gate]:
 
 def _never(config: ConfigSnapshot) -> bool:
     return False
+
+
+Rows = TypeVar("Rows")
+Worked = TypeVar("Worked")
+
+
+class PerSnapshot(Generic[Rows, Worked]):
+    """What a gate works out from a snapshot's rows (an index, folders resolved), once per
+    snapshot: a new file is a new tuple, so the rows are told apart by identity. It is worked
+    out off the event loop (resolving a folder may meet a slow mount), and the pickups that
+    arrive meanwhile wait for that one result rather than each working it out again."""
+
+    def __init__(self, work: Callable[[Rows], Worked], rows: Rows) -> None:
+        self._work = work
+        self._rows, self._worked = rows, work(rows)
+        self._lock = asyncio.Lock()
+
+    async def of(self, rows: Rows) -> Worked:
+        if rows is not self._rows:
+            async with self._lock:
+                if rows is not self._rows:
+                    worked = await anyio.to_thread.run_sync(self._work, rows)
+                    self._rows, self._worked = rows, worked
+        return self._worked

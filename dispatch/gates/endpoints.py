@@ -7,6 +7,7 @@ slot of `slots`, then a fleet lease of `slots` (`hold.take`). A per-machine endp
 bounds it.
 No model, or a model no endpoint serves, is admitted: there is nothing to bound. An endpoint
 with `slots` <= 0 admits nothing (the job defers until the file says otherwise).
+Which endpoints serve which model is worked out once per snapshot, not per pickup.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class EndpointGate:
     def __init__(self, slots: Slots, leases: FleetLeases) -> None:
         self.slots = slots
         self.leases = leases
+        self._serving: tuple[tuple[Endpoint, ...], dict[str, list[Endpoint]]] = ((), {})
 
     def inert(self, config: ConfigSnapshot) -> bool:
         return not config.endpoints
@@ -38,11 +40,18 @@ class EndpointGate:
     async def check(self, pickup: Pickup) -> Decision:
         if pickup.model is None:
             return ADMIT
-        for endpoint in serving(pickup.config.endpoints, pickup.model):
+        for endpoint in self._by_model(pickup.config.endpoints).get(pickup.model, ()):
             busy = await take(pickup, self.slots, self.leases, _bound(endpoint))
             if busy is not None:
                 return Defer(ENDPOINT_DELAY_MS, ENDPOINT, busy.holder, busy.detail)
         return ADMIT
+
+    def _by_model(self, endpoints: tuple[Endpoint, ...]) -> dict[str, list[Endpoint]]:
+        """`serving` of every model the snapshot's endpoints name (a new file is a new tuple)."""
+        if self._serving[0] is not endpoints:
+            models = {model for e in endpoints for model in e.models}
+            self._serving = (endpoints, {m: serving(endpoints, m) for m in models})
+        return self._serving[1]
 
 
 def serving(endpoints: Iterable[Endpoint], model: str) -> list[Endpoint]:

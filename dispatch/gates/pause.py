@@ -12,6 +12,12 @@ id.
 Windows that overlap or abut chain: the job waits for the end of the whole chain, followed up
 to a week ahead (past that the job simply looks again then). The job is deferred only when that
 end is more than 1 s away, so a boundary tick does not busy-defer.
+
+The readable windows are indexed once per snapshot by the scope they take in (`Windows`), so a
+pickup reads the windows that apply to it (those on "*" and on its project, repo or folder),
+not every row of the file. Those on "*" apply to every pickup: when none covers an instant,
+the index keeps until when none can (the first start to come), and the pickups until then
+skip them.
 """
 
 from __future__ import annotations
@@ -21,13 +27,11 @@ import posixpath
 from collections.abc import Iterable
 from zoneinfo import ZoneInfo
 
-import anyio
-
 from dispatch.clock import Clock
 from dispatch.config.schemas import ConfigSnapshot, PauseWindow
-from dispatch.config.windows import Schedule, schedule_of, wall, zone
-from dispatch.gates.base import ADMIT, Decision, Defer, Pickup
-from dispatch.gates.project import within
+from dispatch.config.windows import NEVER_MS, Schedule, schedule_of, wall, zone
+from dispatch.gates.base import ADMIT, Decision, Defer, PerSnapshot, Pickup
+from dispatch.gates.project import folder_keys, root_key, within
 from dispatch.model import Job
 from dispatch.reasons import PAUSE_WINDOW
 
@@ -36,6 +40,7 @@ CHAIN_HORIZON_MS = 7 * 24 * 3_600_000
 _MAX_LINKS = 1_000  # a guard only: links are a minute or longer, so the horizon ends a chain first
 
 _Readable = list[tuple[Schedule, PauseWindow, str]]  # with the scope to match, resolved
+_Applying = list[tuple[Schedule, PauseWindow]]
 
 
 def applies(
@@ -62,7 +67,7 @@ def pause_until(
 ) -> tuple[int, PauseWindow] | None:
     """The end of the chain of windows pausing this job now, and the window that ends it;
     None when no window covers `now_ms`."""
-    return _chain(_readable(windows), job, project_id, None, now_ms)
+    return _chain(Windows(_readable(windows)).applying(job, project_id, None), now_ms)
 
 
 def _readable(windows: Iterable[PauseWindow], real: bool = False) -> _Readable:
@@ -79,10 +84,68 @@ def _real_scope(scope: str) -> str:
     return os.path.realpath(scope) if scope.startswith("/") else scope
 
 
-def _chain(
-    readable: _Readable, job: Job, project_id: str | None, folder: str | None, now_ms: int
-) -> tuple[int, PauseWindow] | None:
-    schedules = [(s, w) for s, w, scope in readable if applies(w, job, project_id, folder, scope)]
+class Windows:
+    """The readable windows of one snapshot by the scope each takes in: "*", the scope as
+    written (a project id), casefolded (a repo), and a folder's `root_key`."""
+
+    def __init__(self, readable: _Readable) -> None:
+        self.readable = readable
+        self.everything: list[int] = []
+        self.exact: dict[str, list[int]] = {}
+        self.repos: dict[str, list[int]] = {}
+        self.folders: dict[str, list[int]] = {}
+        self._quiet = (0, 0)  # no window on "*" covers an instant in [lo, hi)
+        for i, (_, _, scope) in enumerate(readable):
+            if scope == "*":
+                self.everything.append(i)
+            self.exact.setdefault(scope, []).append(i)
+            self.repos.setdefault(scope.casefold(), []).append(i)
+            if scope.startswith("/"):
+                self.folders.setdefault(root_key(scope), []).append(i)
+
+    def applying(self, job: Job, project_id: str | None, folder: str | None) -> _Applying:
+        """The windows that apply to this job, as `applies` decides, in file order."""
+        picked = self._own(job, project_id, folder) | set(self.everything)
+        return [self.readable[i][:2] for i in sorted(picked)]
+
+    def pause(
+        self, job: Job, project_id: str | None, folder: str | None, now_ms: int
+    ) -> tuple[int, PauseWindow] | None:
+        """`_chain` of the windows applying to this job, skipped when none covers `now_ms`."""
+        own = self._own(job, project_id, folder)
+        if self._quiet_at(now_ms) and not any(self._covers(i, now_ms) for i in own):
+            return None
+        return _chain(self.applying(job, project_id, folder), now_ms)
+
+    def _own(self, job: Job, project_id: str | None, folder: str | None) -> set[int]:
+        """The windows applying to this job by its project, repo or folder."""
+        picked: set[int] = set()
+        if project_id is not None:
+            picked.update(self.exact.get(project_id, ()))
+        if job.repo:
+            picked.update(self.repos.get(job.repo.casefold(), ()))
+        if job.kind == "local" and job.folder:
+            for key in folder_keys(folder or job.folder):
+                picked.update(self.folders.get(key, ()))
+        return picked
+
+    def _covers(self, i: int, t_ms: int) -> bool:
+        return self.readable[i][0].end_covering(t_ms) is not None
+
+    def _quiet_at(self, now_ms: int) -> bool:
+        """Whether no window on "*" covers `now_ms`, worked out again only past the last
+        instant known quiet (or before it: a clock set back)."""
+        lo, hi = self._quiet
+        if lo <= now_ms < hi:
+            return True
+        if any(self._covers(i, now_ms) for i in self.everything):
+            return False
+        starts = (self.readable[i][0].next_start(now_ms) for i in self.everything)
+        self._quiet = (now_ms, min(starts, default=NEVER_MS))
+        return True
+
+
+def _chain(schedules: _Applying, now_ms: int) -> tuple[int, PauseWindow] | None:
     found: tuple[int, PauseWindow] | None = None
     t_ms = now_ms
     for _ in range(_MAX_LINKS):
@@ -96,9 +159,7 @@ def _chain(
     return found
 
 
-def _longest(
-    schedules: list[tuple[Schedule, PauseWindow]], t_ms: int
-) -> tuple[int, PauseWindow] | None:
+def _longest(schedules: _Applying, t_ms: int) -> tuple[int, PauseWindow] | None:
     best: tuple[int, PauseWindow] | None = None
     for schedule, window in schedules:
         end_ms = schedule.end_covering(t_ms)
@@ -112,8 +173,8 @@ class PauseGate:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._windows: tuple[PauseWindow, ...] = ()
-        self._readable: _Readable = []
+        # the rows read once per snapshot, not once per pickup
+        self._index: PerSnapshot[tuple[PauseWindow, ...], Windows] = PerSnapshot(_index_real, ())
 
     def inert(self, config: ConfigSnapshot) -> bool:
         return not config.windows
@@ -121,20 +182,17 @@ class PauseGate:
     async def check(self, pickup: Pickup) -> Decision:
         now_ms = self._clock.now_ms()
         project_id = pickup.project.id if pickup.project else None
-        readable = await self._read_once(pickup.config.windows)
-        found = _chain(readable, pickup.job, project_id, pickup.folder, now_ms)
+        index = await self._index.of(pickup.config.windows)
+        found = index.pause(pickup.job, project_id, pickup.folder, now_ms)
         if found is None or found[0] - now_ms <= MIN_DEFER_MS:
             return ADMIT
         end_ms, window = found
         return Defer(end_ms - now_ms, PAUSE_WINDOW, detail=describe(window, end_ms))
 
-    async def _read_once(self, windows: tuple[PauseWindow, ...]) -> _Readable:
-        """The rows are read once per config snapshot, not once per pickup (their folders
-        resolved off the event loop: a slow mount)."""
-        if windows is not self._windows:
-            readable = await anyio.to_thread.run_sync(_readable, windows, True)
-            self._windows, self._readable = windows, readable
-        return self._readable
+
+def _index_real(windows: tuple[PauseWindow, ...]) -> Windows:
+    """The rows read and indexed, their folders resolved."""
+    return Windows(_readable(windows, real=True))
 
 
 def describe(window: PauseWindow, end_ms: int) -> str:

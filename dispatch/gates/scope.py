@@ -15,19 +15,20 @@ A repo or project bound is taken by `hold.take` (any bound of 0 or less admits n
 folder by the folder mutex (`slots.folders`); a busy defer names the holder, and the held
 folder when it is another one, above or inside the job's. Details name a folder by its
 basename only, as `Job.target` does.
+
+The rows the gate reads (repo bounds, closed folders resolved) are worked out once per snapshot
+(`Limits`), not per pickup: a pickup looks its repo or folder up.
 """
 
 from __future__ import annotations
 
 import os
 
-import anyio
-
 from dispatch.config.schemas import ScopedLimit
 from dispatch.fleet.folders import FolderTicket, relation
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
-from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Decision, Defer, Pickup
+from dispatch.gates.base import ADMIT, SCOPE_DELAY_MS, Decision, Defer, PerSnapshot, Pickup
 from dispatch.gates.hold import Bound, Busy, lease_name, take
 from dispatch.reasons import CHAINED, SCOPE_FOLDER, SCOPE_PROJECT, SCOPE_REPO
 
@@ -38,6 +39,7 @@ class ScopeGate:
     def __init__(self, slots: Slots, leases: FleetLeases) -> None:
         self.slots = slots
         self.leases = leases
+        self._limits: PerSnapshot[tuple[ScopedLimit, ...], Limits] = PerSnapshot(Limits, ())
 
     async def check(self, pickup: Pickup) -> Decision:
         job, folder = pickup.job, pickup.real_folder
@@ -50,8 +52,7 @@ class ScopeGate:
         return decision or await self._project(pickup) or ADMIT
 
     async def _folder(self, pickup: Pickup, path: str) -> Defer | None:
-        # the rows' realpath touches the filesystem (maybe a slow mount): not on the event loop
-        closed = await anyio.to_thread.run_sync(_closed, path, pickup.config.limits)
+        closed = path in (await self._limits.of(pickup.config.limits)).closed
         label = f"folder {_name(path)}"
         if closed:
             busy, label_near = Busy(None, f"{label} admits no jobs (concurrent 0)"), label
@@ -83,7 +84,7 @@ class ScopeGate:
         return None
 
     async def _repo(self, pickup: Pickup, repo: str) -> Defer | None:
-        limit = _repo_limit(repo, pickup.config.limits)
+        limit = (await self._limits.of(pickup.config.limits)).repos.get(repo)
         if limit is None:
             return None
         bound = Bound(f"repo:{repo}", limit, repo, lease_name("scope:repo", repo))
@@ -105,22 +106,20 @@ class ScopeGate:
         return Defer(SCOPE_DELAY_MS, reason, busy.holder, busy.detail)
 
 
-def _closed(path: str, limits: tuple[ScopedLimit, ...]) -> bool:
-    """Whether a scoped-limits row closes the (resolved) folder: concurrent <= 0."""
-    return any(
-        row.concurrent is not None
-        and row.concurrent <= 0
-        and os.path.isabs(row.scope)
-        and os.path.realpath(row.scope) == path
-        for row in limits
-    )
+class Limits:
+    """What the gate reads of one snapshot's rows: each repo's bound (lowercased; the first row
+    with a `concurrent` wins) and the folders closed by `concurrent` <= 0, resolved."""
 
-
-def _repo_limit(repo: str, limits: tuple[ScopedLimit, ...]) -> int | None:
-    for row in limits:
-        if row.scope.lower() == repo and row.concurrent is not None:
-            return row.concurrent
-    return None
+    def __init__(self, rows: tuple[ScopedLimit, ...]) -> None:
+        self.closed = {
+            os.path.realpath(row.scope)
+            for row in rows
+            if row.concurrent is not None and row.concurrent <= 0 and os.path.isabs(row.scope)
+        }
+        self.repos: dict[str, int] = {}
+        for row in rows:
+            if row.concurrent is not None:
+                self.repos.setdefault(row.scope.lower(), row.concurrent)
 
 
 def _name(path: str) -> str:

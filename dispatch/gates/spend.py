@@ -12,19 +12,25 @@ checked and reserved in ONE script call, all or nothing (`dispatch/spend/`).
 
 Last, after the host budget and the dirty-tree check: nothing is reserved for a job those
 would have deferred or refused. A job no row matches costs no Redis call.
+
+The rows are indexed once per snapshot by the one ledger each can match (`Rows`, a folder's
+resolved), so a pickup reads only the rows on `*` and on its repo, folder, project and model,
+and `counters` still decides each of them.
 """
 
 from __future__ import annotations
 
+import os
+
 import anyio
 
 from dispatch.clock import Clock
-from dispatch.config.limits import zone
-from dispatch.config.schemas import ConfigSnapshot
-from dispatch.gates.base import ADMIT, Decision, Defer, Pickup, Refuse
+from dispatch.config.limits import parse_scope, zone
+from dispatch.config.schemas import ConfigSnapshot, ScopedLimit
+from dispatch.gates.base import ADMIT, Decision, Defer, PerSnapshot, Pickup, Refuse
 from dispatch.reasons import DAILY_TOKEN_CAP, DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP, SOFT_HOLD
 from dispatch.spend.ledger import Blocked, SpendLedger, reservation_id
-from dispatch.spend.plan import MICRO, Counter, counters, subject_of
+from dispatch.spend.plan import MICRO, Counter, Subject, counters, subject_of
 from dispatch.spend.windows import local_text
 
 MIN_HOLD_MS = 1_000
@@ -36,6 +42,9 @@ class SpendGate:
     def __init__(self, ledger: SpendLedger, clock: Clock) -> None:
         self.ledger = ledger
         self.clock = clock
+        self._rows: PerSnapshot[tuple[ScopedLimit, ...], Rows] = PerSnapshot(
+            Rows, ()
+        )  # indexed once per snapshot, folders resolved
 
     def inert(self, config: ConfigSnapshot) -> bool:
         return not config.limits
@@ -64,16 +73,22 @@ class SpendGate:
 
     async def _counters(self, pickup: Pickup) -> list[Counter]:
         now = self.clock.now_ms()
-        # resolving folders touches the filesystem (maybe a slow mount): not on the loop
-        return await anyio.to_thread.run_sync(self._plan, pickup, now)
-
-    def _plan(self, pickup: Pickup, now_ms: int) -> list[Counter]:
-        job, config = pickup.job, pickup.config
         project = pickup.project.id if pickup.project else None
-        subject = subject_of(job, pickup.real_folder, project, pickup.model)
-        tz = zone(config.overlay.budget_tz)
-        usd = job.max_cost_usd
-        return counters(config.limits, subject, usd, config.overlay, now_ms, tz, self.ledger.keys)
+        subject = subject_of(pickup.job, pickup.real_folder, project, pickup.model)
+        rows, folders = (await self._rows.of(pickup.config.limits)).matching(subject)
+        if not rows:
+            return []
+        if not folders:
+            return self._plan(pickup, subject, rows, now)
+        # resolving folders touches the filesystem (maybe a slow mount): not on the loop
+        return await anyio.to_thread.run_sync(self._plan, pickup, subject, rows, now)
+
+    def _plan(
+        self, pickup: Pickup, subject: Subject, rows: list[ScopedLimit], now_ms: int
+    ) -> list[Counter]:
+        overlay = pickup.config.overlay
+        usd, tz = pickup.job.max_cost_usd, zone(overlay.budget_tz)
+        return counters(rows, subject, usd, overlay, now_ms, tz, self.ledger.keys)
 
     def _blocked(self, b: Blocked, tz_name: str) -> Decision:
         c = b.counter
@@ -88,6 +103,42 @@ class SpendGate:
             " (an urgent job may use the band)"
         )
         return Defer(delay, SOFT_HOLD, detail=detail)
+
+
+class Rows:
+    """One snapshot's rows by the ledger each can match: (kind, value), a folder's value
+    resolved and without a trailing slash, as `plan.matches` compares it. A row that does
+    not parse matches nothing (the watcher never hands one over)."""
+
+    def __init__(self, rows: tuple[ScopedLimit, ...]) -> None:
+        self.rows = rows
+        self.by_key: dict[tuple[str, str | None], list[int]] = {}
+        for i, row in enumerate(rows):
+            try:
+                scope = parse_scope(row.scope)
+            except ValueError:
+                continue
+            value = scope.value
+            if scope.kind == "folder":
+                value = os.path.realpath(value).rstrip("/")
+            self.by_key.setdefault((scope.kind, value), []).append(i)
+
+    def matching(self, subject: Subject) -> tuple[list[ScopedLimit], bool]:
+        """The rows that may match the subject, in file order, and whether any is a folder's."""
+        keys: list[tuple[str, str | None]] = [
+            ("fleet", "*"),
+            ("repo", subject.repo),  # None is no key: it finds nothing
+            ("project", subject.project),
+            ("model", subject.model),
+        ]
+        if subject.folder is not None:  # the folder and every prefix ending before a slash
+            f = subject.folder
+            keys += [("folder", f), *(("folder", f[:i]) for i, c in enumerate(f) if c == "/")]
+        found = [(i, key[0]) for key in keys for i in self.by_key.get(key, ())]
+        if not found:
+            return [], False
+        kinds = dict(found)  # a row is found by one key only
+        return [self.rows[i] for i in sorted(kinds)], "folder" in kinds.values()
 
 
 def _reason(c: Counter) -> str:

@@ -9,9 +9,22 @@ from hypothesis import strategies as st
 
 from dispatch.clock import FakeClock
 from dispatch.config.schemas import ConfigSnapshot, PauseWindow, Project
-from dispatch.config.windows import DAYS, active_until, window_problems
+from dispatch.config.windows import (
+    DAYS,
+    Recurring,
+    Schedule,
+    active_until,
+    schedule_of,
+    window_problems,
+)
 from dispatch.gates.base import Admit, Defer, Pickup
-from dispatch.gates.pause import CHAIN_HORIZON_MS, PauseGate, applies, pause_until
+from dispatch.gates.pause import (
+    CHAIN_HORIZON_MS,
+    MIN_DEFER_MS,
+    PauseGate,
+    applies,
+    pause_until,
+)
 from dispatch.model import Job
 from tests.support.pickups import pickup_of
 
@@ -349,3 +362,77 @@ def test_a_project_id_with_a_colon_that_names_no_repo_is_still_a_project() -> No
     window = PauseWindow(scope="team:web", from_="22:00", to="06:00")
     assert window_problems(window) == []
     assert applies(window, FORGE, "team:web")
+
+
+# The index: windows looked up by scope, and those on "*" skipped while none can cover.
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(recurring, fixed()), instants)
+def test_no_instant_before_the_next_start_is_covered(window: PauseWindow, now: int) -> None:
+    schedule = schedule_of(window)
+    assert schedule is not None
+    if schedule.end_covering(now) is not None:
+        return
+    start = schedule.next_start(now)
+    assert start > now
+    ahead = min(start, now + 2 * 86_400_000)
+    # an occurrence lasts a minute or longer (or nothing at all, inside a DST gap)
+    assert all(schedule.end_covering(t) is None for t in range(now, ahead, 60_000))
+    assert schedule.end_covering(ahead - 1) is None
+    if ahead == start and start < now + 86_400_000:
+        assert schedule.end_covering(start) is not None or _empty_at(schedule, start)
+
+
+def _empty_at(schedule: Schedule, start: int) -> bool:
+    """A zero-length occurrence: from and to both inside one DST gap."""
+    return isinstance(schedule, Recurring) and schedule.end_covering(start - 1) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(recurring, fixed()), max_size=8),
+    jobs,
+    st.sampled_from([None, "web"]),
+    instants,
+    st.lists(st.integers(-120, 720), min_size=4, max_size=24),  # minutes
+)
+@pytest.mark.anyio
+async def test_one_gate_over_time_decides_as_a_fresh_reading_each_time(
+    windows: list[PauseWindow], job: Job, project: str | None, start: int, steps: list[int]
+) -> None:
+    clock = FakeClock(start)
+    gate = PauseGate(clock)
+    config = ConfigSnapshot(windows=tuple(windows))
+    found = Project(id=project) if project else None
+    for step in steps:  # mostly on, sometimes back: the clock may be set back
+        clock.advance(step * 60 + 0.25)
+        now = clock.now_ms()
+        decision = await gate.check(pickup_of(job, config=config, project=found))
+        fresh = pause_until(windows, job, project, now)
+        if fresh is None or fresh[0] - now <= MIN_DEFER_MS:
+            assert decision == Admit(), now
+        else:
+            assert isinstance(decision, Defer) and decision.delay_ms == fresh[0] - now
+
+
+@pytest.mark.anyio
+async def test_a_window_on_everything_pauses_once_its_start_comes() -> None:
+    clock = FakeClock(utc("2024-05-01T11:00"))
+    gate = PauseGate(clock)
+    windows = (
+        PauseWindow(scope="*", from_="12:00", to="13:00"),
+        PauseWindow(scope="*", start="2024-05-01T12:30:00+00:00", end="2024-05-01T14:00:00+00:00"),
+        *(PauseWindow(scope=f"team{i}/svc", from_="00:00", to="23:00") for i in range(50)),
+    )
+    config = ConfigSnapshot(windows=windows)
+    assert await gate.check(pickup_of(FORGE, config=config)) == Admit()
+    clock.advance(3_599.5)  # 11:59:59.5: still quiet
+    assert await gate.check(pickup_of(FORGE, config=config)) == Admit()
+    clock.advance(0.5)  # 12:00, the first start known quiet until
+    decision = await gate.check(pickup_of(FORGE, config=config))
+    assert isinstance(decision, Defer) and decision.delay_ms == 2 * 3_600_000  # the chain: 14:00
+    team = Job(id="j2", kind="forge", repo="Team7/svc", number=1)
+    clock.advance(2 * 3_600)  # 14:00: "*" is quiet, the job's own repo window is not
+    decision = await gate.check(pickup_of(team, config=config))
+    assert isinstance(decision, Defer) and decision.delay_ms == 9 * 3_600_000

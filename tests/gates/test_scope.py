@@ -293,3 +293,22 @@ async def test_a_zero_project_admits_nothing(hosts) -> None:
 def test_lease_names_never_carry_braces() -> None:
     assert lease_name("scope:project", "a{b}%") == "scope:project:a%7Bb%7D%25"
     lease_keys(lease_name("scope:project", "{x}"))  # would raise on a brace
+
+
+async def test_each_new_file_is_read_anew(hosts, tmp_path) -> None:
+    """The rows are worked out once per file (a new file is a new tuple), never kept past it."""
+    gate = hosts[0].scope
+    closed = ScopedLimit(scope=str(tmp_path), concurrent=0)
+    rows = [ScopedLimit(scope=f"team{i}/svc", concurrent=1) for i in range(100)]
+    for limits, repo_busy, folder_busy in (
+        ([*rows, ScopedLimit(scope="acme/web", concurrent=0)], True, False),
+        (rows, False, False),
+        ([*rows, closed], False, True),
+        ([ScopedLimit(scope="ACME/Web", concurrent=0), ScopedLimit(scope="acme/web")], True, False),
+    ):
+        forge = pickup("job-1", kind="forge", repo="acme/web", limits=limits)
+        local = pickup("job-2", kind="local", folder=str(tmp_path), limits=limits)
+        assert isinstance(await gate.check(forge), Defer) == repo_busy
+        assert isinstance(await gate.check(local), Defer) == folder_busy
+        await forge.release()
+        await local.release()

@@ -3,6 +3,7 @@ and the reservation given back when no run follows."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,11 +15,12 @@ from dispatch.clock import FakeClock, SystemClock
 from dispatch.config.limits import zone
 from dispatch.config.schemas import ConfigSnapshot, Overlay, Project, ScopedLimit
 from dispatch.gates.base import ADMIT, Defer, Pickup, Refuse
-from dispatch.gates.spend import SpendGate
+from dispatch.gates.spend import Rows, SpendGate
 from dispatch.model import Job
 from dispatch.queue.transitions import Claim
 from dispatch.reasons import DAILY_TOKEN_CAP, DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP, SOFT_HOLD
 from dispatch.spend.ledger import Reservation, SpendLedger
+from dispatch.spend.plan import Subject, counters
 from dispatch.spend.windows import local_text, window
 from tests.support.pickups import claim_of
 
@@ -195,3 +197,34 @@ async def test_a_reserve_whose_reply_is_lost_is_given_back(gate, ledger, monkeyp
     day = window("day", NOW, zone("UTC")).period
     assert await used_held(ledger, f"runs:repo:acme/web:{day}") == (0, 0)
     assert await ledger.redis.zcard(ledger.keys.open) == 0
+
+
+# The rows are indexed by the ledger each can match; `counters` of the rows the index hands
+# over is `counters` of every row, whatever the job.
+
+SCOPES = ["*", "acme/web", "ACME/Web2", "project:web", "model:qwen3", "/", "/srv", "/srv/site/"]
+SCOPES += ["/srv/site/sub", "/srv/sitex", "/opt"]
+
+
+async def test_the_index_hands_over_every_row_that_matches(ledger, tmp_path) -> None:
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    scopes = [*SCOPES, str(tmp_path / "link"), str(tmp_path / "real" / "deep")]
+    rows = tuple(msgspec.convert({"scope": s, "day": 3}, ScopedLimit) for s in scopes)
+    index = Rows(rows)
+    folders = [None, "/", "/srv", "/srv/site", "/srv/site/sub/x", "/srv/sitex", "/elsewhere"]
+    folders += [str(tmp_path / "real"), str(tmp_path / "real" / "deep" / "er")]
+    for repo, folder, project, model in itertools.product(
+        [None, "acme/web", "acme/web2"], folders, [None, "web"], [None, "qwen3", "llama"]
+    ):
+        subject = Subject(repo, folder, project, model)
+        handed, by_folder = index.matching(subject)
+        every = counters(rows, subject, None, Overlay(), NOW, zone("UTC"), ledger.keys)
+        assert counters(handed, subject, None, Overlay(), NOW, zone("UTC"), ledger.keys) == every
+        assert len(handed) == len(every)  # nothing more than the matching rows, in file order
+        assert by_folder == any(row.scope.startswith("/") for row in handed)
+
+
+async def test_a_new_file_is_indexed_anew(gate) -> None:
+    assert await gate.check(pickup([{"scope": "acme/other", "day": 0}])) == ADMIT
+    assert (await gate.check(pickup([{"scope": "acme/web", "day": 0}]))).reason == SCOPE_CAP
