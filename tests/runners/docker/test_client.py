@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +55,25 @@ async def test_missing_things_raise_their_own_errors(docker: DockerClient) -> No
         await docker.image_inspect("dispatch-test:no-such-tag")
     with pytest.raises(ContainerNotFound):
         await docker.inspect(f"no-such-{uuid.uuid4().hex}")
+
+
+async def test_a_fresh_connection_builds_no_tls_context_of_its_own(
+    docker: DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The State after every exit is asked on a fresh connection: a TLS context built for it
+    (the CA bundle read, 20-40 ms of CPU on the loop) is never used on the engine's plain HTTP."""
+    await docker.connect()
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    with pytest.raises(ContainerNotFound):
+        await docker.inspect(f"no-such-{uuid.uuid4().hex}", fresh=True)
+    assert built == []
 
 
 async def test_container_lifecycle(docker: DockerClient, image: str, host_label: str) -> None:
