@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from redis.asyncio import Redis
 from dispatch.log import log
 from dispatch.queue.connect import redis_client
 from tests.support.redis_cluster import redirections_served, redis_cluster, seed_list
-from tests.support.redis_server import start_redis_server
+from tests.support.redis_server import own_redis_server
 
 pytest_plugins = ["tests.support.docker"]
 
@@ -67,13 +66,8 @@ def redis_url(redis_kind: str, request: pytest.FixtureRequest) -> Iterator[str]:
     if given:
         yield given
         return
-    with tempfile.TemporaryDirectory() as workdir:
-        proc, url = start_redis_server(workdir)
-        try:
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with own_redis_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

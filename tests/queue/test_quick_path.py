@@ -4,7 +4,6 @@ on one server and, through the quick path's fallback, on a cluster."""
 
 from __future__ import annotations
 
-import tempfile
 from functools import partial
 
 import msgspec
@@ -17,8 +16,8 @@ from dispatch.client import HOUR_MS, Client
 from dispatch.config.settings import Settings, from_env
 from dispatch.errors import Conflict
 from dispatch.model import Job, Result, new_id
-from dispatch.queue.items import Finish
-from tests.support.redis_server import start_redis_server, sync_client
+from dispatch.queue.items import Enqueued, Finish
+from tests.support.redis_server import own_redis_server, sync_client
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +26,7 @@ def _settings(url: str, prefix: str) -> Settings:
     return from_env({"DISPATCH_REDIS_URL": url, "DISPATCH_PREFIX": prefix})
 
 
-async def _submit(settings: Settings, job: Job, delay_ms: int = 0) -> object:
+async def _submit(settings: Settings, job: Job, delay_ms: int = 0) -> Enqueued:
     call = partial(quick.submit, settings, job, due_ms=0, delay_ms=delay_ms)
     return await to_thread.run_sync(partial(call, dedup_window_ms=HOUR_MS))
 
@@ -38,10 +37,10 @@ async def test_submit_writes_what_the_client_would(
     settings, client = _settings(redis_url, prefix), Client(redis, prefix)
     first = Job(id=new_id(), command=["true"], queue="jobs", dedup="d1")
     done = await _submit(settings, first)
-    assert done.created and done.id == first.id  # type: ignore[attr-defined]
+    assert done.created and done.id == first.id
     twin = Job(id=new_id(), command=["true"], queue="jobs", dedup="d1")
     again = await _submit(settings, twin)
-    assert not again.created and again.id == first.id  # type: ignore[attr-defined]
+    assert not again.created and again.id == first.id
     with pytest.raises(Conflict, match="already taken"):
         await _submit(settings, Job(id=first.id, command=["false"], queue="jobs"))
     later = Job(id=new_id(), command=["true"], queue="jobs@quick-host")
@@ -53,16 +52,11 @@ async def test_submit_writes_what_the_client_would(
 
 
 async def test_submit_loads_the_script_a_server_lacks() -> None:
-    with tempfile.TemporaryDirectory() as workdir:
-        proc, url = start_redis_server(workdir)
-        try:
-            sync_client(url).script_flush()
-            job = Job(id=new_id(), command=["true"])
-            done = await _submit(_settings(url, "fresh"), job)
-            assert done.created  # type: ignore[attr-defined]
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with own_redis_server() as url:
+        sync_client(url).script_flush()
+        job = Job(id=new_id(), command=["true"])
+        done = await _submit(_settings(url, "fresh"), job)
+        assert done.created
 
 
 async def test_jobs_lists_what_the_client_lists(redis: Redis, redis_url: str, prefix: str) -> None:

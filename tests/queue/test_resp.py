@@ -4,7 +4,6 @@ every target it leaves to redis-py (TLS, URL options, a cluster said or asked) s
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -12,19 +11,14 @@ import pytest
 
 from dispatch.errors import RedisUnreachable
 from dispatch.queue.resp import ReplyError, Resp, Unsupported
-from tests.support.redis_server import free_port, start_redis_server, sync_client
+from tests.support.redis_server import free_port, own_redis_server, sync_client
 
 
 @pytest.fixture(scope="module")
 def private_url() -> Iterator[str]:
     """A server of this module's own: it is given a password."""
-    with tempfile.TemporaryDirectory() as workdir:
-        proc, url = start_redis_server(workdir)
-        try:
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with own_redis_server() as url:
+        yield url
 
 
 def test_replies_come_in_order_and_an_error_reply_in_its_place(redis_url: str) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -56,6 +59,18 @@ def start_redis_server(
             time.sleep(0.02)
     proc.kill()
     pytest.fail("redis-server did not start within 10 s")
+
+
+@contextmanager
+def own_redis_server(bind: str = "127.0.0.1") -> Iterator[str]:
+    """A server of the caller's own, its URL; stopped at the end."""
+    with tempfile.TemporaryDirectory() as workdir:
+        proc, url = start_redis_server(workdir, bind)
+        try:
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def sync_client(url: str) -> redis.Redis | redis.RedisCluster:
