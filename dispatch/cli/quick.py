@@ -30,7 +30,8 @@ TIMEOUT_S = 5.0  # as the Client's: a silent server is an error, not a hang
 def submit(
     settings: Settings, job: Job, *, due_ms: int, delay_ms: int, dedup_window_ms: int
 ) -> Enqueued:
-    """What `Client.submit` does, in two round trips (three when the server lacks the script)."""
+    """What `Client.submit` does, in three round trips (the first asks what the server is),
+    four when the server lacks the script."""
     new = new_job(job, due_ms, delay_ms, dedup_window_ms)
     try:
         conn = Resp.open(settings.redis_url, TIMEOUT_S)
@@ -54,7 +55,7 @@ def submit(
 def jobs(
     settings: Settings, state: str | None, limit: int, targets: bool
 ) -> tuple[list[JobView], PauseState]:
-    """What `Client.list` and `Client.pause_state` say, in three round trips."""
+    """What `Client.list` and `Client.pause_state` say, in four round trips."""
     from dispatch.queue.pause_marks import PauseState, decode, registered_names
     from dispatch.records import job_views
 
