@@ -166,6 +166,8 @@ class LockKeeper:
             if job_id not in lost:
                 entry.renewed_at = sent
         for job_id in lost:
+            if (queue.name, job_id) not in self.running:
+                continue  # its run ended while the renewal was out: its finish took the lock
             event("lock_lost", job=job_id, queue=queue.name)
             held[job_id].signal.abort(LOCK_LOST, urgent=True)
         for job_id in cancels:

@@ -4,7 +4,9 @@ presumed lost. Redis here is a port nothing listens on, as in an outage."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import io
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from redis.asyncio import Redis
@@ -14,7 +16,7 @@ from dispatch.config.settings import Settings
 from dispatch.daemon import lock_keeper as lock_keeper_module
 from dispatch.daemon.lock_keeper import LockKeeper, Running
 from dispatch.model import Job
-from dispatch.queue.transitions import NewJob, Queue
+from dispatch.queue.transitions import Finish, NewJob, Queue
 from dispatch.reasons import LOCK_LOST, OPERATOR_CANCEL
 from tests.support.pickups import claim_of
 from tests.support.redis_server import free_port
@@ -124,3 +126,37 @@ async def test_a_stop_that_outlasts_grace_and_slack_is_logged_once(
     [told] = seen
     assert told["job"] == "j1" and told["reason"] == OPERATOR_CANCEL and told["run"] == "its run"
     assert keeper.stuck()[0]["job"] == "j1" and keeper.stuck()[0]["since"]
+
+
+async def test_a_renewal_crossing_its_runs_finish_reports_no_loss(
+    redis: Redis, prefix: str, logged: io.StringIO
+) -> None:
+    """The renewal is sent with the run still going; the run ends and its finish lands before
+    the renewal does, so the script finds no lock: the finish took it, nothing was lost. (Seen
+    as a false `lock_lost` line in a loaded CI run.) The round trip is held open by an event."""
+    clock = FakeClock()
+    queue = Queue(redis, "jobs", prefix)
+    await queue.enqueue([NewJob("j1", b"{}")])
+    (claim,) = (await queue.claim(1, "h1", 3000)).claims
+    entry = Running(claim, renewed_at=clock.monotonic())
+    running = {("jobs", "j1"): entry}
+    keeper = LockKeeper(SETTINGS, redis, {"jobs": queue}, running, clock)
+    sent, release = asyncio.Event(), asyncio.Event()
+    extend = queue.extend
+
+    async def held_open(
+        locks: Sequence[tuple[str, str]], lock_ms: int
+    ) -> tuple[list[str], list[str]]:
+        sent.set()
+        await release.wait()
+        return await extend(locks, lock_ms)
+
+    queue.extend = held_open  # type: ignore[method-assign]
+    renewal = asyncio.create_task(keeper.tick())
+    await sent.wait()
+    del running[("jobs", "j1")]  # the run ended (worker._run), then its finish was sent
+    assert await queue.finish([Finish("finish", claim.id, claim.token, b"{}")]) == [True]
+    release.set()
+    await renewal
+    assert '"lock_lost"' not in logged.getvalue()
+    assert not entry.signal.event.is_set()

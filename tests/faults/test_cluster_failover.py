@@ -31,10 +31,7 @@ from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_cluster import redis_cluster, seed_list
 
 JOBS = 24
-# The lock outlasts a slow promotion: a coordinated failover pauses the old primary's clients
-# until the replica has caught up, up to the server's 5 s manual-failover timeout (and once
-# more when `_promote` asks again); a 4 s lock lapsed under a loaded CI run's slow promotion.
-FAST = {"DISPATCH_LOCK_MS": "12000", "DISPATCH_CONCURRENCY": "4", "DISPATCH_SHUTDOWN_GRACE": "1s"}
+FAST = {"DISPATCH_LOCK_MS": "4000", "DISPATCH_CONCURRENCY": "4", "DISPATCH_SHUTDOWN_GRACE": "1s"}
 
 
 @pytest.fixture(scope="module")
