@@ -19,6 +19,7 @@ from dispatch.gates.folder import FolderGate
 from dispatch.model import Job
 from dispatch.reasons import MOUNT_MISMATCH, OPERATOR_CANCEL
 from dispatch.runners.docker import DockerRunner, DockerSettings
+from dispatch.runners.docker.errors import ContainerNotFound
 from dispatch.runners.docker.labels import LABEL_HOST
 from tests.support.docker import make_ctx
 from tests.support.pickups import pickup_of
@@ -57,7 +58,10 @@ async def mounts(docker, host: str) -> list[str]:
     """The bind sources of every container of this test's host, as the engine reports them."""
     found = []
     for row in await docker.list_containers({LABEL_HOST: host}):
-        info = await docker.inspect(row["Id"])
+        try:
+            info = await docker.inspect(row["Id"])
+        except ContainerNotFound:  # removed between the list and the inspect: it holds nothing
+            continue
         found += [m["Source"] for m in info.get("Mounts") or [] if m.get("Type") == "bind"]
     return found
 
