@@ -42,7 +42,7 @@ def submit(
         lua = source("job_enqueue")
         call = ("EVALSHA", lua.sha, len(script_keys), *script_keys, *args)
         (reply,) = conn.pipeline([call])
-        if isinstance(reply, ReplyError) and str(reply).startswith("redis: NOSCRIPT"):
+        if isinstance(reply, ReplyError) and reply.kind == "NOSCRIPT":
             reply = conn.pipeline([("SCRIPT", "LOAD", lua.source), call])[1]
         if isinstance(reply, ReplyError):
             raise reply

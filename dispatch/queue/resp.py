@@ -32,7 +32,12 @@ class Unsupported(Exception):
 
 
 class ReplyError(RedisUnavailable):
-    """The server answered a command with an error reply."""
+    """The server answered a command with an error reply; `kind` is its first word (NOSCRIPT,
+    READONLY, WRONGPASS, ...)."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(f"redis: {said}")
+        self.kind = said.split(" ", 1)[0]
 
 
 class Resp:
@@ -83,7 +88,7 @@ class Resp:
             raise RedisUnreachable(f"redis at {self._where}: {_said(exc)}") from exc
         for i, reply in enumerate(replies):
             if isinstance(reply, hiredis.ReplyError):
-                replies[i] = ReplyError(f"redis: {reply}")
+                replies[i] = ReplyError(str(reply))
                 if raise_on_error:
                     raise replies[i]
         return replies
