@@ -5,6 +5,7 @@ on one server and, through the quick path's fallback, on a cluster."""
 from __future__ import annotations
 
 from functools import partial
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
@@ -17,6 +18,7 @@ from dispatch.config.settings import Settings, from_env
 from dispatch.errors import Conflict
 from dispatch.model import Job, Result, new_id
 from dispatch.queue.items import Enqueued, Finish
+from dispatch.queue.resp import ReplyError
 from tests.support.redis_server import own_redis_server, sync_client
 
 pytestmark = pytest.mark.anyio
@@ -57,6 +59,19 @@ async def test_submit_loads_the_script_a_server_lacks() -> None:
         job = Job(id=new_id(), command=["true"])
         done = await _submit(_settings(url, "fresh"), job)
         assert done.created
+
+
+async def test_a_replica_refuses_the_submit_in_one_line_and_keeps_nothing() -> None:
+    """READONLY (a replica named by mistake, or a primary demoted under the CLI): the reply
+    is raised as the one-line error the CLI prints, and nothing was written."""
+    with own_redis_server() as primary, own_redis_server() as replica:
+        where = urlsplit(primary)
+        sync_client(replica).replicaof(where.hostname, where.port)
+        job = Job(id=new_id(), command=["true"])
+        with pytest.raises(ReplyError) as refused:
+            await _submit(_settings(replica, "ro"), job)
+        assert refused.value.kind == "READONLY" and "\n" not in str(refused.value)
+        assert sync_client(primary).dbsize() == 0
 
 
 async def test_jobs_lists_what_the_client_lists(redis: Redis, redis_url: str, prefix: str) -> None:
