@@ -19,6 +19,7 @@ keys share a slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 # the default prefix is a setting's default, so it is declared beside the settings (the kernel)
 from dispatch.config.settings import DEFAULT_PREFIX as DEFAULT_PREFIX  # re-exported
@@ -64,6 +65,7 @@ class QueueKeys:
         return f"{self.tag}:kill:{job_id}"
 
 
+@lru_cache(maxsize=1024)  # frozen, and asked for per run (its tail key): built once per queue
 def queue_keys(queue: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
     tag = "{" + prefix + ":" + queue + "}"
     names = [f.name for f in QueueKeys.__dataclass_fields__.values() if f.name != "tag"]
