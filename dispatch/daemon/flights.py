@@ -46,6 +46,7 @@ FINISH_RETRY_S = 0.5
 KEEP_EVERY_S = 1.0  # a blocked outcome is tried again this often (the settled gate waits 3 s)
 KEEP_TRIES = 3
 MAX_FLIGHTS = 2  # finish-and-claim calls of one lane under way at once
+GATHER_S = 0.025  # longest a claiming-ahead lane's endings wait to fill a cohort (FAST_RUN_S)
 Ending = tuple[Finish, bytes | None]  # a finish, and its record for the local log if not there
 Kept = tuple[str, str, str, bytes]  # job id, fencing token, run id, record
 Forget = Callable[[str, Sequence[str]], Awaitable[None]]  # a queue's finished jobs' wait states
@@ -61,6 +62,7 @@ class ClaimSide(Protocol):
     clock: Clock
     wake: asyncio.Event
     unsure: bool
+    live: int
 
     @property
     def name(self) -> str: ...
@@ -87,6 +89,8 @@ class Flights:
         self.keeping: set[asyncio.Task[None]] = set()  # refused outcomes tried again
         # jobs whose wait state goes once their finish lands (gates/wait/state.py)
         self.waited: set[str] = set()
+        self._gather: asyncio.TimerHandle | None = None  # set while endings wait for a cohort
+        self._gathered = False  # they waited GATHER_S: the next flight leaves with what it has
 
     def __len__(self) -> int:
         return len(self.under_way)
@@ -102,13 +106,37 @@ class Flights:
             self.flush_now.clear()
             # A flight carries one cohort's endings at most, taken now: endings of two cohorts
             # that met here go out as two flights, each claiming one cohort again.
-            while self.pending and len(self.under_way) < MAX_FLIGHTS:
+            while self.pending and len(self.under_way) < MAX_FLIGHTS and not self._gathering():
                 flight = loop.create_task(self._flight(self._next_cohort()))
                 self.under_way.add(flight)
                 flight.add_done_callback(self.under_way.discard)
 
+    def _gathering(self) -> bool:
+        """While its host claims ahead (capacity.py), a lane's flight leaves with a whole
+        cohort of endings, or once none of its runs is under way, or `GATHER_S` after it began
+        to wait: a cohort split by the run slots would otherwise fly as two small calls."""
+        capacity = self.lane.capacity
+        if (
+            self._gathered
+            or not capacity.ahead
+            or len(self.pending) >= capacity.batch
+            or self.lane.live <= 0
+        ):
+            return False
+        if self._gather is None:
+            self._gather = asyncio.get_running_loop().call_later(GATHER_S, self._gather_ends)
+        return True
+
+    def _gather_ends(self) -> None:
+        self._gathered = True
+        self.flush_now.set()
+
     def _next_cohort(self) -> list[Ending]:
         """Endings for one call, counted as a call under way from now (`Lane.recover`)."""
+        if self._gather is not None:
+            self._gather.cancel()
+            self._gather = None
+        self._gathered = False
         batch = self.pending[: max(self.lane.capacity.batch, 1)]
         del self.pending[: len(batch)]
         self.lane.call_begins()  # _send counts it down

@@ -58,6 +58,7 @@ class Running(msgspec.Struct):
     stop_since_ms: int = 0  # clock.now_ms() then, for `dispatch why`
     stop_logged: bool = False  # the stop did not take: logged, and published
     claimed_ms: int = 0  # clock.now_ms() at the claim, for the heartbeat's running jobs
+    begun_at: float = 0.0  # clock.monotonic() when its pickup began (Capacity.ran)
 
 
 class LockKeeper:

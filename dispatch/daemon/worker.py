@@ -7,7 +7,8 @@ It is assembled from small parts, each testable alone with the injected clock:
                            before its claim can lapse;
   `upkeep.Upkeep`          stall sweeps per queue, the heartbeat, output pruning;
   `triggers.minter.Minter` mints cron triggers' occurrences ahead (once before the first claim);
-  `capacity.Capacity`      how many more jobs this host may take.
+  `capacity.Capacity`      how many more jobs this host may take;
+  `ahead.Ahead`            claims beyond the run slots, waiting for a run to end.
 Every loop runs supervised (`tasks.py`): an exception is logged and the loop restarted with
 backoff; nothing ends silently, nothing cancels the daemon. The worker itself only starts a
 task per claimed job (the processor's pickup) and turns its ending into a finish.
@@ -28,6 +29,7 @@ from redis.exceptions import RedisError
 
 from dispatch.clock import Clock, ServerTime, SystemClock
 from dispatch.config.settings import Settings
+from dispatch.daemon.ahead import Ahead
 from dispatch.daemon.capacity import Capacity
 from dispatch.daemon.lane import Lane, Timing
 from dispatch.daemon.lock_keeper import LockKeeper, Running
@@ -92,6 +94,7 @@ class Worker:
         self.records = records or RecordLog(settings.state_dir)
         self.life = Lifecycle()
         self.capacity = Capacity(self.live_slots(), self.timing.batch)
+        self.ahead = Ahead(self.capacity, self.clock, self._hand_back)
         self.running: dict[tuple[str, str], Running] = {}
         self.idle = asyncio.Event()
         self.idle.set()
@@ -277,6 +280,7 @@ class Worker:
             event("concurrency_changed", host=self.settings.host, before=self.capacity.slots,
                   after=slots, running=len(self.running))  # fmt: skip
             self.capacity.resize(slots)
+            self._begin_waiting()
             for lane in self.lanes.values():
                 lane.wake.set()
 
@@ -329,6 +333,7 @@ class Worker:
         for lane in self.lanes.values():
             lane.wake.set()
             lane.begin_held()  # claimed: they run (or are handed back) like the others
+        await self.ahead.hand_back_all()  # what is over the slots runs nothing now
         grace_s = self.drain_grace_s or self.settings.shutdown_grace_s
         event("worker_draining", running=len(self.running), grace_s=grace_s)
         if not await self._idle_within(grace_s):
@@ -337,6 +342,7 @@ class Worker:
             if not await self._idle_within(self.settings.stop_grace_s + UNSTOPPED_SLACK_S):
                 # Their claims lapse; the next boot of this host reaps what is left.
                 event("shutdown_runs_unconfirmed", jobs=[k[1] for k in self.running])
+        await self.ahead.hand_back_all()  # claimed by flights that were in the air
         await self._flush_all()
 
     async def _idle_within(self, seconds: float) -> bool:
@@ -357,8 +363,22 @@ class Worker:
                 event("finish_abandoned", queue=lane.name, jobs=len(flights.pending))
 
     def held(self) -> set[tuple[str, str]]:
-        """(job id, lock token) of every claim this process runs now."""
-        return {(e.claim.id, e.claim.token) for e in self.running.values()}
+        """(job id, lock token) of every claim this process runs, or holds to run, now."""
+        return {(e.claim.id, e.claim.token) for e in self.running.values()} | self.ahead.pairs()
+
+    async def _hand_back(self, claims: list[Claim]) -> None:
+        """Claims that waited for a slot in vain go back to the heads of their queues."""
+        for name in sorted({claim.queue for claim in claims}):
+            lane = self.lanes[name]
+            pairs = [(c.id, c.token) for c in claims if c.queue == name]
+            lane.live -= len(pairs)
+            try:
+                handed, recorded = await lane.queue.hand_back(pairs)
+            except RedisUnavailable as exc:
+                lane.unsure = True  # recover hands them back: nobody here runs them
+                event("redis_error", during="hand_back", error=str(exc))
+                continue
+            event("waiting_claims_handed_back", queue=name, jobs=handed, recorded=recorded)
 
     def abort_all(self, reason: str) -> None:
         """Abort every run now, without the shutdown's grace."""
@@ -398,9 +418,23 @@ class Worker:
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, claim: Claim, sent: float) -> None:
+        if len(self.running) >= self.capacity.slots:  # claimed ahead: waits for a run to end
+            self.ahead.hold(claim, sent)
+        else:
+            self._begin(claim, sent)
+
+    def _begin_waiting(self) -> None:
+        """Claims that wait for a slot begin while there is one (none once draining)."""
+        while self.ahead and len(self.running) < self.capacity.slots and not self.life.draining:
+            waiting = self.ahead.next()
+            if waiting is not None:
+                self._begin(*waiting)
+
+    def _begin(self, claim: Claim, sent: float) -> None:
         # A lock judged from the claim's send: one that lapsed before the reply was read is
         # stopped here, before its run can start (the processor then hands it back).
-        entry = Running(claim, renewed_at=sent, claimed_ms=self.clock.now_ms())
+        now = self.clock.monotonic()
+        entry = Running(claim, renewed_at=sent, claimed_ms=self.clock.now_ms(), begun_at=now)
         if self.metrics is not None:
             self.metrics.claimed.labels(claim.queue).inc()
         self.locks.judge_one(entry)
@@ -424,6 +458,8 @@ class Worker:
             ending = self.processor.crashed(claim, exc)
         if self.running.get((claim.queue, claim.id)) is entry:  # not a newer claim's
             del self.running[(claim.queue, claim.id)]
+        self.capacity.ran(self.clock.monotonic() - entry.begun_at)
+        self._begin_waiting()
         try:
             if self.metrics is not None:
                 self.metrics.ended(ending.action, ending.record, _defer_reason(ending))

@@ -1,9 +1,16 @@
-"""The host's slot counter resized live (pure logic: settings.json's `concurrency` changed):
-more is room at once; fewer leaves running jobs be and gives no room until below the count."""
+"""The host's slot counter (pure logic): resized live (settings.json's `concurrency` changed),
+more is room at once, fewer leaves running jobs be and gives no room until below the count; and
+a small host claiming ahead while its runs are fast (tests/daemon/test_ahead.py runs it)."""
 
 from __future__ import annotations
 
-from dispatch.daemon.capacity import COHORTS_FROM, Capacity
+from dispatch.daemon.capacity import (
+    AHEAD_AFTER,
+    AHEAD_CLAIMS,
+    COHORTS_FROM,
+    FAST_RUN_S,
+    Capacity,
+)
 
 
 def test_raising_the_slots_is_room_at_once() -> None:
@@ -31,3 +38,47 @@ def test_a_resize_reshapes_the_claim_batch() -> None:
     assert c.cohorts and c.batch == COHORTS_FROM
     c.resize(4)
     assert not c.cohorts and c.batch == 4
+
+
+def fast_runs(c: Capacity, n: int = AHEAD_AFTER) -> None:
+    for _ in range(n):
+        c.ran(0.0)
+
+
+def test_a_small_host_claims_ahead_after_a_run_of_fast_runs() -> None:
+    c = Capacity(10, batch=100)
+    fast_runs(c, AHEAD_AFTER - 1)
+    assert not c.ahead and c.claims == 10 and c.batch == 10
+    c.ran(FAST_RUN_S / 2)
+    assert c.ahead and c.claims == AHEAD_CLAIMS and c.slots == 10
+    assert c.cohorts and c.batch == AHEAD_CLAIMS // 2
+    assert c.take(draining=False) == AHEAD_CLAIMS // 2 and c.free == AHEAD_CLAIMS // 2
+
+
+def test_one_slow_run_or_a_claim_that_waited_in_vain_ends_it() -> None:
+    c = Capacity(10, batch=100)
+    fast_runs(c)
+    assert c.take(draining=False) == 16 and c.take(draining=False) == 16
+    c.ran(FAST_RUN_S)  # a run as long as that is not fast
+    assert not c.ahead and c.claims == 10 and c.free == -22  # no room till 22 have ended
+    fast_runs(c)
+    assert c.ahead and c.free == 0
+    c.cool()
+    assert not c.ahead and c.fast == 0 and c.free == -22
+
+
+def test_a_host_of_many_slots_never_claims_ahead() -> None:
+    c = Capacity(COHORTS_FROM, batch=100)
+    fast_runs(c)
+    assert not c.ahead and c.claims == COHORTS_FROM
+
+
+def test_a_resize_while_claiming_ahead_keeps_claiming_ahead() -> None:
+    c = Capacity(4, batch=100)
+    fast_runs(c)
+    c.resize(8)
+    assert c.ahead and c.claims == AHEAD_CLAIMS and c.free == AHEAD_CLAIMS
+    c.resize(COHORTS_FROM * 2)  # many slots: no longer ahead, the slots are the claims
+    assert not c.ahead and c.claims == COHORTS_FROM * 2 and c.free == COHORTS_FROM * 2
+    c.resize(2)
+    assert c.claims == 2 and c.free == 2

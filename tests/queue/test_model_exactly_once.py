@@ -7,7 +7,10 @@ cap let it in, as the daemon's gates do. It then ends in one of the ways a run e
 refused by the job, an exit of its own, stopped and handed back), with its finish delivered at
 once or held back (its daemon cut off from Redis) and delivered later, after its lock may have
 lapsed, been swept and been claimed again; or its daemon crashes and the boot of its successor
-hands the claim back. The model keeps only what the fleet must never get wrong:
+hands the claim back. A host may also claim ahead (daemon/ahead.py): such a claim waits unbegun,
+then begins, or goes back (it waited in vain, or its daemon drained), or lapses meanwhile and is
+stopped before it starts when its turn comes (the lock keeper's clock). The model keeps only
+what the fleet must never get wrong:
 
 - every job is in exactly one of wait, delayed, active, done; every active job has one lock;
 - no attempt of a job reaches its own exit twice (a completed job never runs again);
@@ -84,6 +87,9 @@ class ExactlyOnce(RedisMachine):
         self.jobs: dict[str, str] = {}  # id -> folder
         self.runs: dict[str, Run] = {}  # job id -> its live run
         self.late: list[Late] = []
+        self.waiting: list[Claim] = []  # claimed ahead of a free slot, not begun
+        self.lapsed: set[str] = set()  # tokens of waiting claims whose lock lapsed
+        self.keeping: list[Late] = []  # outcomes a claim blocked, tried again (flights.py)
         self.dead: list[tuple[str, str]] = []  # (id, token) of claims whose daemon crashed
         self.own_exits: dict[tuple[str, int], int] = {}  # (id, attempt) -> runs that got there
         self.last_fence = 0
@@ -102,13 +108,17 @@ class ExactlyOnce(RedisMachine):
 
     # few jobs at a time, each taken round the loop many times: that is where a job runs twice
     @precondition(lambda self: self.unfinished() < 2)
-    @rule(folder=st.sampled_from(FOLDERS))
-    def enqueue(self, folder: str) -> None:
+    @rule(folder=st.sampled_from(FOLDERS), ahead=st.booleans())
+    def enqueue(self, folder: str, ahead: bool) -> None:
+        """`ahead`: the host that takes it claims ahead, so the claim waits unbegun."""
         self.count += 1
         job_id = f"j{self.count}"
         self.run(self.queue.enqueue([NewJob(job_id, encode_job(Job(id=job_id, command=["x"])))]))
         self.jobs[job_id] = folder
-        self.pump()
+        if ahead:
+            self.claim_ahead()
+        else:
+            self.pump()
 
     def pump(self) -> None:
         """What a daemon does between any two steps: renew its live runs' locks (never lost:
@@ -117,12 +127,41 @@ class ExactlyOnce(RedisMachine):
             pairs = sorted((run.claim.id, run.claim.token) for run in self.runs.values())
             lost, _ = self.run(self.queue.extend(pairs, LOCK_MS))
             assert lost == [], "a live run's lock was lost"
+        for claim in self.claim():
+            self.pick_up(claim)
+
+    def claim(self) -> list[Claim]:
         batch = self.run(self.queue.claim(2, "h", LOCK_MS))
         for claim in batch.claims:
             fence = int(claim.token.rpartition(":")[2])
             assert fence > self.last_fence, "a fence went back"
             self.last_fence = fence
+        return batch.claims
+
+    def claim_ahead(self) -> None:
+        """A host claims beyond its free slots: the claims wait for a run to end."""
+        self.waiting += self.claim()
+
+    @precondition(lambda self: self.waiting)
+    @rule()
+    def begin_waiting(self) -> None:
+        """A run ended: the longest-waiting claim begins, unless its lock lapsed while it
+        waited (nothing renews a waiting claim): the lock keeper stops it before it starts,
+        and its ending is fenced."""
+        claim = self.waiting.pop(0)
+        if claim.token in self.lapsed:
+            self.send(Finish("defer", claim.id, claim.token, b"{}", 0))
+        else:
             self.pick_up(claim)
+        self.pump()
+
+    @precondition(lambda self: self.waiting)
+    @rule()
+    def hand_back_waiting(self) -> None:
+        """The waiting claims go back: no run ended in time, or their daemon drains."""
+        self.run(self.queue.hand_back([(c.id, c.token) for c in self.waiting]))
+        self.waiting.clear()
+        self.pump()
 
     def pick_up(self, claim: Claim) -> None:
         """What the daemon's gates do with a claim, in their order: settled, folder, spend."""
@@ -203,15 +242,23 @@ class ExactlyOnce(RedisMachine):
         for late in [late for late in self.late if late.finish.id == job_id]:
             self.late.remove(late)
             self.deliver(late)
+        for late in [late for late in self.keeping if late.finish.id == job_id]:
+            self.keeping.remove(late)
+            self.keep(late)
 
     def deliver(self, late: Late) -> None:
         """Redis answers again: the held finish goes, and if refused its outcome is kept, as
         the lane's flights do (daemon/flights.py `_keep_outcomes`)."""
         if self.send(late.finish) or late.finish.action == "defer":
             return
+        self.keep(late)
+
+    def keep(self, late: Late) -> None:
+        """Another claim holds the job: tried again in the background, within the beat."""
         f = late.finish
         argv: list[str | bytes | int] = [f.id, late.token, f.run_id, f.run]
-        self.run(record_runs(self.redis, self.queue.keys, argv))
+        if not self.run(record_runs(self.redis, self.queue.keys, argv)):
+            self.keeping.append(late)
 
     @precondition(lambda self: self.runs)
     @rule(data=st.data())
@@ -221,20 +268,26 @@ class ExactlyOnce(RedisMachine):
         run = self.runs.pop(data.draw(st.sampled_from(sorted(self.runs))))
         self.folders.release(run.folder)
         self.dead.append((run.claim.id, run.claim.token))
+        self.dead += [(c.id, c.token) for c in self.waiting]  # its waiting claims die with it
+        self.waiting.clear()
         self.pump()
 
-    @rule()
-    def lapse_and_sweep(self) -> None:
+    @rule(ahead=st.booleans())
+    def lapse_and_sweep(self, ahead: bool) -> None:
         """Every claim without a live run lapses (its deadline set back on the server), then a
-        sweep; the lost runs' reservations are looked at twice, as two sweep periods would."""
+        sweep; the lost runs' reservations are looked at twice, as two sweep periods would.
+        `ahead`: the jobs swept back are claimed ahead first."""
         live = {run.claim.id for run in self.runs.values()}
         active = [i.decode() for i in self.run(self.redis.zrange(self.queue.keys.active, 0, -1))]
         lapsed = {job_id: 0 for job_id in active if job_id not in live}
+        self.lapsed |= {c.token for c in self.waiting if c.id in lapsed}
         if lapsed:
             self.run(self.redis.zadd(self.queue.keys.active, lapsed))
         self.run(self.queue.sweep(3, b'{"reason":"stalled"}'))
         self.run(self.ledger.settle_lost())
         self.run(self.ledger.settle_lost())
+        if ahead:  # what went back is claimed ahead again, by this host or another
+            self.claim_ahead()
         self.pump()
 
     @precondition(lambda self: self.dead)

@@ -1,0 +1,96 @@
+"""Claims waiting for a run slot. A host that claims ahead (daemon/capacity.py) still runs at
+most its slots at once: a claim beyond them waits here, in claim order, and begins as a run
+ends (the worker asks `next`).
+
+A waiting claim is this host's as a running one is (`Lane.recover` counts it), but it runs
+nothing and nothing renews it, so it waits briefly: one not begun within `HOLD_S` goes back to
+the head of its queue, with no attempt or stall counted (`Queue.hand_back`), and the host stops
+claiming ahead (`Capacity.cool`). A draining daemon hands back every one still waiting. A
+hand-back Redis did not answer leaves its claims to `Lane.recover`, which hands back the claims
+of this host that nobody here runs (the worker marks the lane unsure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from dispatch.clock import Clock
+from dispatch.daemon.capacity import Capacity
+from dispatch.log import event
+from dispatch.queue.transitions import Claim
+
+HOLD_S = 0.1  # longest wait for a slot: a little longer than AHEAD_CLAIMS fast runs take
+HandBack = Callable[[list[Claim]], Awaitable[None]]
+
+
+class Ahead:
+    def __init__(
+        self, capacity: Capacity, clock: Clock, hand_back: HandBack, hold_s: float = HOLD_S
+    ) -> None:
+        self.capacity = capacity
+        self.clock = clock
+        self.hand_back = hand_back  # to the claims' queues; the slots come back here after
+        self.hold_s = hold_s
+        self.waiting: deque[tuple[Claim, float, float]] = deque()  # claim, its call's send, since
+        self.returning: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self.waiting)
+
+    def pairs(self) -> set[tuple[str, str]]:
+        """(job id, lock token) of every waiting claim."""
+        return {(claim.id, claim.token) for claim, _, _ in self.waiting}
+
+    def hold(self, claim: Claim, sent: float) -> None:
+        self.waiting.append((claim, sent, self.clock.monotonic()))
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.hold_s, self.expire)
+
+    def next(self) -> tuple[Claim, float] | None:
+        """The longest-waiting claim and when its call was sent, for a slot that just freed."""
+        if not self.waiting:
+            return None
+        claim, sent, _ = self.waiting.popleft()
+        return claim, sent
+
+    def expire(self) -> None:
+        """Hand back the claims that waited `hold_s`; look again when the next one will have."""
+        self._timer = None
+        now = self.clock.monotonic()
+        stale: list[Claim] = []
+        while self.waiting and now - self.waiting[0][2] >= self.hold_s:
+            stale.append(self.waiting.popleft()[0])
+        if stale:
+            self.capacity.cool()
+            self._return(stale)
+        if self.waiting:
+            left = self.waiting[0][2] + self.hold_s - now
+            self._timer = asyncio.get_running_loop().call_later(left, self.expire)
+
+    async def hand_back_all(self) -> None:
+        """Every waiting claim back to its queue, and the hand-backs under way landed."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        claims = [claim for claim, _, _ in self.waiting]
+        self.waiting.clear()
+        if claims:
+            self._return(claims)
+        if self.returning:
+            await asyncio.wait(set(self.returning))
+
+    def _return(self, claims: list[Claim]) -> None:
+        task = asyncio.get_running_loop().create_task(self._hand_back(claims))
+        self.returning.add(task)
+        task.add_done_callback(self.returning.discard)
+
+    async def _hand_back(self, claims: list[Claim]) -> None:
+        try:
+            await self.hand_back(claims)
+        except Exception as exc:  # a bug: the hand-back handles Redis faults itself
+            event("task_failed", task="hand back", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.capacity.give(len(claims))

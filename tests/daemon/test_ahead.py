@@ -1,0 +1,253 @@
+"""Claiming ahead on a real Redis: a small host whose runs are fast claims beyond its slots, yet
+runs at most its slots at once; a claim that waits in vain goes back with nothing spent, a
+draining daemon hands back what waits, `recover` never takes a waiting claim for a lost one,
+and a waiting claim whose lock lapsed meanwhile never runs. Runs are held open with an event,
+never a sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from dispatch.clock import Clock, FakeClock
+from dispatch.daemon.capacity import AHEAD_AFTER, AHEAD_CLAIMS
+from dispatch.daemon.processor import Processor, ProcessorSettings
+from dispatch.daemon.worker import Worker
+from dispatch.model import Job, encode_job
+from dispatch.queue.connect import redis_client
+from dispatch.queue.faults import QueueFault
+from dispatch.queue.transitions import NewJob, Queue
+from dispatch.runners.base import IsLive, RunContext, RunResult
+from tests.daemon.test_worker import FAST, make_settings
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.anyio
+
+
+class HeldRuns:
+    """Each run waits for `release` (or its abort); counts the runs under way at once."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.now = 0
+        self.most = 0
+        self.ran: list[str] = []
+
+    async def run(self, ctx: RunContext) -> RunResult:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        self.ran.append(ctx.job.id)
+        aborted = asyncio.ensure_future(ctx.aborted.wait())
+        released = asyncio.ensure_future(self.release.wait())
+        try:
+            await asyncio.wait({aborted, released}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+            released.cancel()
+            self.now -= 1
+        stopped = not self.release.is_set()
+        return RunResult(started=True, exit_code=0, stopped=stopped, started_ms=1, ended_ms=2)
+
+    async def reap(self, host: str, is_live: IsLive) -> bool:
+        return True
+
+    async def settle(self) -> None:
+        pass
+
+    def running_as(self, job_id: str) -> str:
+        return ""
+
+    async def kill_again(self, job_id: str) -> None:
+        pass
+
+
+@dataclass
+class Host:
+    worker: Worker
+    runner: HeldRuns
+    queue: Queue
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def waiting(self, n: int) -> None:
+        """Until `n` claims wait for a slot."""
+        await eventually(lambda: _true(len(self.worker.ahead) == n))
+
+    async def in_wait(self) -> list[str]:
+        return [_text(i) for i in await self.queue.redis.lrange(self.queue.keys.wait, 0, -1)]
+
+
+async def _true(value: object) -> bool:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        value = await value
+    return bool(value)
+
+
+async def _eq(value: object, expected: object) -> bool:
+    return await value == expected  # type: ignore[misc]
+
+
+@contextlib.asynccontextmanager
+async def small_host(
+    redis_url: str, prefix: str, tmp_path: Path, slots: int, clock: Clock | None = None
+) -> AsyncIterator[Host]:
+    settings = make_settings(redis_url, prefix, tmp_path, concurrency=slots)
+    redis = redis_client(settings.redis_url, socket_timeout=30)
+    runner = HeldRuns()
+    output = settings.state_dir / "output"
+    processor = Processor(ProcessorSettings(host=settings.host, output_dir=output), runner)
+    worker = Worker(settings, redis, processor, timing=FAST, clock=clock)
+    for _ in range(AHEAD_AFTER):  # a host whose runs have been fast
+        worker.capacity.ran(0.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        yield Host(worker, runner, Queue(redis, "jobs", prefix), stop, task)
+    finally:
+        runner.release.set()
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await redis.aclose()
+
+
+async def enqueue(queue: Queue, n: int) -> list[str]:
+    ids = [f"j{i}" for i in range(n)]
+    await queue.enqueue([NewJob(i, encode_job(Job(id=i, command=["x"]))) for i in ids])
+    return ids
+
+
+async def states(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, int]:
+    """How many attempts and stalls each job has counted."""
+    attempts = await redis.hmget(queue.keys.attempts, ids)
+    stalls = await redis.hmget(queue.keys.stalls, ids)
+    return {
+        "attempts": sum(int(a or 0) for a in attempts),
+        "stalls": sum(int(s or 0) for s in stalls),
+    }
+
+
+async def test_a_small_fast_host_claims_ahead_but_runs_only_its_slots(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    async with small_host(redis_url, prefix, tmp_path, slots=2) as host:
+        assert host.worker.capacity.claims == AHEAD_CLAIMS
+        host.worker.ahead.hold_s = 60.0
+        ids = await enqueue(host.queue, 12)
+        await host.waiting(10)  # all twelve claimed: two run, ten wait for a slot
+        assert host.runner.now == 2 and await host.in_wait() == []
+        host.runner.release.set()
+        await eventually(lambda: _true(host.queue.redis.zcard(host.queue.keys.done)), 10)
+        await eventually(lambda: _eq(host.queue.redis.zcard(host.queue.keys.done), 12))
+    assert host.runner.most == 2
+    assert sorted(host.runner.ran) == sorted(ids)  # each once
+
+
+async def test_a_claim_that_waits_in_vain_goes_back_with_nothing_spent(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The one run outlasts the hold: the claims waiting behind it go back to the head of the
+    queue, no attempt or stall counted, and the host stops claiming ahead."""
+    async with small_host(redis_url, prefix, tmp_path, slots=1) as host:
+        ids = await enqueue(host.queue, 4)
+        await eventually(lambda: _eq(host.in_wait(), ids[1:]))  # back, in their order
+        assert host.runner.ran == ["j0"] and len(host.worker.ahead) == 0
+        assert not host.worker.capacity.ahead
+        assert await states(host.queue.redis, host.queue, ids[1:]) == {"attempts": 0, "stalls": 0}
+        (running,) = host.worker.running.values()
+        assert await host.queue.claims() == [(running.claim.id, running.claim.token)]
+        host.runner.release.set()
+        await eventually(lambda: _true(len(host.runner.ran) == 4))
+    assert host.runner.most == 1 and sorted(host.runner.ran) == ids
+
+
+async def test_a_draining_host_hands_back_what_waits_and_runs_none_of_it(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    async with small_host(redis_url, prefix, tmp_path, slots=1) as host:
+        host.worker.ahead.hold_s = 60.0  # only the drain hands them back
+        ids = await enqueue(host.queue, 5)
+        await host.waiting(4)
+        host.stop.set()  # the run is stopped after the shutdown grace, and handed back too
+        await asyncio.wait_for(host.task, 30)
+        assert set(ids[1:]) <= set(await host.in_wait())
+        assert await host.queue.claims() == []
+        assert host.runner.ran == ["j0"]
+        assert await states(host.queue.redis, host.queue, ids) == {"attempts": 0, "stalls": 0}
+
+
+async def test_recover_leaves_waiting_claims_alone(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """A lane left unsure by a failed claim call hands back the claims nobody here runs: a
+    claim waiting for a slot is one this host will run, not a lost one."""
+    async with small_host(redis_url, prefix, tmp_path, slots=1) as host:
+        host.worker.ahead.hold_s = 60.0
+        ids = await enqueue(host.queue, 3)
+        await host.waiting(2)
+        lane = host.worker.lanes["jobs"]
+        lane.unsure = True
+        await host.worker._recover()
+        assert not lane.unsure and await host.in_wait() == []
+        host.runner.release.set()
+        await eventually(lambda: _true(sorted(host.runner.ran) == ids))
+    assert host.runner.most == 1
+
+
+async def test_a_hand_back_redis_did_not_answer_is_left_to_recover(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    async with small_host(redis_url, prefix, tmp_path, slots=1) as host:
+        host.worker.ahead.hold_s = 60.0
+        ids = await enqueue(host.queue, 3)
+        await host.waiting(2)
+        lane = host.worker.lanes["jobs"]
+        real = lane.queue.hand_back
+
+        async def cut_off(pairs: object) -> tuple[list[str], list[str]]:
+            raise QueueFault("hand back: Connection reset by peer")
+
+        lane.queue.hand_back = cut_off  # type: ignore[method-assign]
+        host.worker.ahead.hold_s = 0.0
+        host.worker.ahead.expire()
+        await eventually(lambda: _true(lane.unsure))
+        assert await host.in_wait() == []  # still claimed: nobody here will run them
+        lane.queue.hand_back = real  # type: ignore[method-assign]
+        await host.worker._recover()
+        assert sorted(await host.in_wait()) == sorted(set(ids) - {host.runner.ran[0]})
+        host.runner.release.set()
+        await eventually(lambda: _true(sorted(host.runner.ran) == ids))
+
+
+async def test_a_waiting_claim_whose_lock_lapsed_never_runs(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """Held past its lock (a frozen daemon): swept, claimed and run by another host meanwhile.
+    When a slot frees here at last, the stale claim is stopped before it starts and its
+    ending writes nothing over the other host's: the job runs once."""
+    clock = FakeClock()
+    async with small_host(redis_url, prefix, tmp_path, slots=1, clock=clock) as host:
+        host.worker.ahead.hold_s = 600.0  # the daemon's own timer never fires in this test
+        await enqueue(host.queue, 2)
+        await host.waiting(1)
+        host.worker.capacity.cool()  # no room here now: the other host takes the job
+        (stale,) = host.worker.ahead.pairs()
+        queue = host.queue
+        await queue.redis.zadd(queue.keys.active, {stale[0]: 0})  # its lock lapsed
+        assert await queue.sweep(3, b'{"reason":"stalled"}') == ([stale[0]], [])
+        [other] = (await queue.claim(1, "h2", 60_000)).claims
+        assert other.id == stale[0]
+        clock.advance(host.worker.settings.lock_ms / 1000)  # as this host's clock sees it
+        host.runner.release.set()
+        await eventually(lambda: _true(len(host.worker.ahead) == 0 and not host.worker.running))
+        assert stale[0] not in host.runner.ran
+        assert await queue.claims() == [(other.id, other.token)]  # the other host's, untouched
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
