@@ -342,7 +342,6 @@ class Worker:
             if not await self._idle_within(self.settings.stop_grace_s + UNSTOPPED_SLACK_S):
                 # Their claims lapse; the next boot of this host reaps what is left.
                 event("shutdown_runs_unconfirmed", jobs=[k[1] for k in self.running])
-        await self.ahead.hand_back_all()  # claimed by flights that were in the air
         await self._flush_all()
 
     async def _idle_within(self, seconds: float) -> bool:
@@ -361,6 +360,7 @@ class Worker:
                 await flights.flush()
             if flights.pending:  # their locks lapse and the sweeper puts them back
                 event("finish_abandoned", queue=lane.name, jobs=len(flights.pending))
+        await self.ahead.hand_back_all()  # claimed by flights that were in the air
 
     def held(self) -> set[tuple[str, str]]:
         """(job id, lock token) of every claim this process runs, or holds to run, now."""
