@@ -31,8 +31,12 @@ Lifecycle of `DockerRunner.run` (one container per call, named `dispatch-job-<id
                 (the engine derives it from the cgroup's memory events); else `stop-timeout` when
                 our own stop had to kill it; else `sigkill` (someone else's kill, or an OOM the
                 engine never saw)
-    remove      once the exit has been read; also when the run is cancelled half-way, in a
-                shielded task (`settle()` waits for those)
+    remove      once the exit has been read, in the background: the container's process is
+                gone and its mounts with it, so the run's holds (its folder among them) need
+                not wait for the engine's cleanup, and a retry's create that meets the name
+                removes it first. Any other end (never started, lost, a workspace mismatch:
+                the container may still run) and a run cancelled half-way wait for the
+                removal, in a shielded task. `settle()` waits for the removals under way
 
 The runner reports what happened; the processor decides what it means
 (`dispatch.runners.base.classify`). A container is stopped only when `ctx.signal` aborts the
@@ -160,10 +164,7 @@ class DockerRunner(Runner):
         except DockerError as exc:
             event("container_create_failed", job=ctx.job.id, error=str(exc))
             return RunResult(started=False, error=with_error(CREATE_FAILED, exc))
-        try:
-            return await self._run_created(ctx, cid, plan.source)
-        finally:
-            await self._dispose(cid)
+        return await self._run_then_remove(ctx, cid, plan.source)
 
     async def preflight(self, job: Job) -> str:
         """Why `job` cannot start on this host ("" when it can); creates nothing.
@@ -188,7 +189,7 @@ class DockerRunner(Runner):
         return report.listed and not report.failed
 
     async def settle(self) -> None:
-        """Wait for removals left running by cancelled runs."""
+        """Wait for the removals under way (runs that exited, and cancelled ones)."""
         while self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
 
@@ -239,6 +240,17 @@ class DockerRunner(Runner):
                 raise
             await self.client.remove(name, force=True)
             return await self.client.create_container(name, config)
+
+    async def _run_then_remove(self, ctx: RunContext, cid: str, source: str | None) -> RunResult:
+        result: RunResult | None = None
+        try:
+            result = await self._run_created(ctx, cid, source)
+            return result
+        finally:
+            if result is not None and result.exit_code is not None:  # its exit was read
+                self._cleanup(cid)
+            else:
+                await self._dispose(cid)
 
     async def _run_created(self, ctx: RunContext, cid: str, source: str | None) -> RunResult:
         name = container_name(ctx.job.id)
@@ -433,10 +445,14 @@ class DockerRunner(Runner):
 
     async def _dispose(self, cid: str) -> None:
         """Remove the container; shielded, so a cancelled run still leaves nothing behind."""
+        await asyncio.shield(self._cleanup(cid))
+
+    def _cleanup(self, cid: str) -> asyncio.Task[None]:
+        """The container's removal, under way until `settle()` has seen it end."""
         task = asyncio.ensure_future(self._remove(cid))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
-        await asyncio.shield(task)
+        return task
 
     async def _remove(self, cid: str) -> None:
         try:

@@ -69,6 +69,7 @@ async def test_exit_codes_map_to_outcomes(runner, tmp_path, host_label, code, ou
     assert result.container == NAME_PREFIX + ctx.job.id
     assert result.started_ms is not None and result.ended_ms is not None
     assert result.started_ms <= result.ended_ms
+    await runner.settle()  # an exited container is removed in the background
     assert await _leftovers(runner.client, host_label) == []
 
 
@@ -105,6 +106,7 @@ async def test_sigterm_ignored_is_killed_after_grace(runner, docker, tmp_path, h
     assert time.monotonic() - began >= ctx.grace_s
     assert result.exit_code == 137 and result.kill == "stop-timeout"
     assert classify(result, "") == ("infra", "stop-timeout")
+    await runner.settle()
     assert await _leftovers(docker, host_label) == []
 
 
@@ -120,6 +122,7 @@ async def test_operator_cancel_stops_the_container(runner, docker, tmp_path, hos
     assert time.monotonic() - began < ctx.grace_s  # SIGTERM sufficed: no wait for the grace
     assert result.exit_code == 143 and result.kill is None
     assert classify(result, ctx.abort_reason) == ("cancelled", "operator-cancel")
+    await runner.settle()
     assert await _leftovers(docker, host_label) == []
 
 
@@ -203,12 +206,33 @@ async def test_cancelled_run_still_removes_its_container(runner, docker, tmp_pat
     assert await _leftovers(docker, host_label) == []
 
 
+async def test_a_run_that_exited_returns_before_its_container_is_removed(
+    runner, docker, tmp_path, host_label
+):
+    """Its process and mounts are gone with the exit: the run's holds do not wait for the
+    engine's cleanup, which `settle` waits for. The removal is held open with an event."""
+    remove, removing = runner.client.remove, asyncio.Event()
+
+    async def held(cid: str, *, force: bool = False) -> None:
+        await removing.wait()
+        await remove(cid, force=force)
+
+    runner.client.remove = held
+    result = await asyncio.wait_for(runner.run(make_ctx(tmp_path, host_label, ["true"])), 30)
+    assert result.exit_code == 0
+    assert len(await _leftovers(docker, host_label)) == 1  # exited, not yet removed
+    removing.set()
+    await runner.settle()
+    assert await _leftovers(docker, host_label) == []
+
+
 async def test_hundred_true_runs_in_a_row(runner, docker, tmp_path, host_label):
     codes = []
     for _ in range(100):
         result = await runner.run(make_ctx(tmp_path, host_label, ["true"]))
         codes.append(result.exit_code)
     assert codes == [0] * 100
+    await runner.settle()
     assert await _leftovers(docker, host_label) == []
 
 
