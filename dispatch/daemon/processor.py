@@ -305,7 +305,7 @@ class Processor:
             return result
         finally:
             self._timeouts.disarm(ticket, pickup.signal)
-            if tail is not None:  # a run that printed nothing costs no Redis call here
+            if tail is not None and not tail.close_unfed():  # printed: its end mark goes
                 await tail.close(None if result is None else result.exit_code)
 
     def _usage_dir(self, ctx: RunContext) -> None:

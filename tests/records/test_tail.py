@@ -70,6 +70,20 @@ async def test_a_run_that_printed_nothing_writes_nothing(redis: Redis, prefix: s
     assert Tails(redis, prefix, cap=0, ttl_s=60).open("jobs", "j", 1, "h:1") is None
 
 
+async def test_a_tail_nothing_was_fed_to_closes_at_once_and_takes_nothing_after(
+    redis: Redis, prefix: str
+) -> None:
+    quiet = RunTail(redis, f"{prefix}:quiet", "j", cap=100, ttl_s=60)
+    assert quiet.close_unfed()
+    quiet.feed(b"late")  # the run is over: nothing it printed is sent now
+    assert quiet._sender is None and not quiet._buffer
+    fed = RunTail(redis, f"{prefix}:fed", "j", cap=100, ttl_s=60)
+    fed.feed(b"hi")
+    assert not fed.close_unfed()  # its bytes and end mark go with `close`
+    await fed.close(0)
+    assert [f.get(b"end") for f in await entries(redis, fed.key)][-1] == b"0"
+
+
 async def test_a_redis_that_is_away_loses_the_tail_once_and_never_raises(
     logged: io.StringIO,
 ) -> None:
