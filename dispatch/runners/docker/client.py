@@ -191,6 +191,13 @@ class DockerClient:
         )
         self._api: str | None = None
         self._negotiating = asyncio.Lock()
+        self._before_close: set[asyncio.Task[None]] = set()
+
+    def keep_open_for(self, task: asyncio.Task[None]) -> None:
+        """The client closes only once `task` has ended: a container removed in the background
+        after its run (runner.py) is removed, not cut off mid-call, by a close meanwhile."""
+        self._before_close.add(task)
+        task.add_done_callback(self._before_close.discard)
 
     async def __aenter__(self) -> DockerClient:
         return self
@@ -199,6 +206,8 @@ class DockerClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._before_close:  # each call is bounded by the client's timeout
+            await asyncio.wait(set(self._before_close))
         await self._http.aclose()
 
     @property

@@ -452,6 +452,7 @@ class DockerRunner(Runner):
         task = asyncio.ensure_future(self._remove(cid))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
+        self.client.keep_open_for(task)
         return task
 
     async def _remove(self, cid: str) -> None:

@@ -226,6 +226,29 @@ async def test_a_run_that_exited_returns_before_its_container_is_removed(
     assert await _leftovers(docker, host_label) == []
 
 
+async def test_a_client_closed_meanwhile_still_removes_the_exited_container(
+    docker, docker_host, tmp_path, host_label
+):
+    """The removal goes on after the run's result; closing the client waits for it rather
+    than cut it off mid-call (held open with an event)."""
+    client = DockerClient(docker_host)
+    remove, removing = client.remove, asyncio.Event()
+
+    async def held(cid: str, *, force: bool = False) -> None:
+        await removing.wait()
+        await remove(cid, force=force)
+
+    client.remove = held
+    result = await DockerRunner(SETTINGS, client).run(make_ctx(tmp_path, host_label, ["true"]))
+    assert result.exit_code == 0
+    closing = asyncio.ensure_future(client.aclose())
+    await asyncio.sleep(0)
+    assert not closing.done()
+    removing.set()
+    await asyncio.wait_for(closing, 30)
+    assert await _leftovers(docker, host_label) == []
+
+
 async def test_hundred_true_runs_in_a_row(runner, docker, tmp_path, host_label):
     codes = []
     for _ in range(100):
