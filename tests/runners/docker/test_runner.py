@@ -238,7 +238,7 @@ async def test_a_client_closed_meanwhile_still_removes_the_exited_container(
         await removing.wait()
         await remove(cid, force=force)
 
-    client.remove = held
+    client.remove = held  # type: ignore[method-assign,assignment]
     result = await DockerRunner(SETTINGS, client).run(make_ctx(tmp_path, host_label, ["true"]))
     assert result.exit_code == 0
     closing = asyncio.ensure_future(client.aclose())
