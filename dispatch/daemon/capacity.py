@@ -9,7 +9,9 @@ claim (and BZPOPMIN) would leave the flush claiming nothing: two calls where one
 Claiming ahead. A host of fewer than `COHORTS_FROM` slots runs one cohort: its loop waits out
 every round trip, and each round trip's fixed cost in Redis commands is shared by only its few
 slots. Once `AHEAD_AFTER` runs in a row have each ended within `FAST_RUN_S`, it claims as a host
-of `AHEAD_CLAIMS` would (two cohorts that take turns) while still running `slots` jobs at once;
+of `AHEAD_CLAIMS` would (two cohorts that take turns) while still running `slots` jobs at once,
+and never more than `AHEAD_PER_SLOT` claims a slot, so that a tiny host's waiting claims too can
+begin within the wait daemon/ahead.py allows them (HOLD_S, 100 ms) at that pace;
 the claims beyond them wait for a run to end (daemon/ahead.py). One run that took longer, or a
 waiting claim handed back because no run ended in time (`cool`), ends it.
 """
@@ -19,9 +21,10 @@ from __future__ import annotations
 import asyncio
 
 COHORTS_FROM = 32  # claims from which a call takes half of them at most
-AHEAD_CLAIMS = 32  # claims a small host holds while it claims ahead: two cohorts of 16
+AHEAD_CLAIMS = 48  # claims a small host holds while it claims ahead: two cohorts of 24
 AHEAD_AFTER = 32  # fast runs in a row before a small host claims ahead
 FAST_RUN_S = 0.025  # a run (its gates included) this short leaves a waiting claim little wait
+AHEAD_PER_SLOT = 5  # 1 + HOLD_S / FAST_RUN_S: four waiting per slot begin within HOLD_S
 
 
 class Capacity:
@@ -69,7 +72,9 @@ class Capacity:
             self._claim_up_to(self.slots)
 
     def _claims_for(self, ahead: bool) -> int:
-        return max(self.slots, AHEAD_CLAIMS) if ahead and self.slots < COHORTS_FROM else self.slots
+        if not ahead or self.slots >= COHORTS_FROM:
+            return self.slots
+        return min(AHEAD_CLAIMS, self.slots * AHEAD_PER_SLOT)
 
     def _claim_up_to(self, claims: int) -> None:
         self.adjust(claims - self.claims)

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from dispatch.clock import Clock, FakeClock
-from dispatch.daemon.capacity import AHEAD_AFTER, AHEAD_CLAIMS
+from dispatch.daemon.capacity import AHEAD_AFTER, AHEAD_PER_SLOT
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
 from dispatch.model import Job, encode_job
@@ -136,14 +136,14 @@ async def test_a_small_fast_host_claims_ahead_but_runs_only_its_slots(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
     async with small_host(redis_url, prefix, tmp_path, slots=2) as host:
-        assert host.worker.capacity.claims == AHEAD_CLAIMS
+        claims = host.worker.capacity.claims
+        assert claims == 2 * AHEAD_PER_SLOT
         host.worker.ahead.hold_s = 60.0
-        ids = await enqueue(host.queue, 12)
-        await host.waiting(10)  # all twelve claimed: two run, ten wait for a slot
+        ids = await enqueue(host.queue, claims)
+        await host.waiting(claims - 2)  # all claimed: two run, the others wait for a slot
         assert host.runner.now == 2 and await host.in_wait() == []
         host.runner.release.set()
-        await eventually(lambda: _true(host.queue.redis.zcard(host.queue.keys.done)), 10)
-        await eventually(lambda: _eq(host.queue.redis.zcard(host.queue.keys.done), 12))
+        await eventually(lambda: _eq(host.queue.redis.zcard(host.queue.keys.done), claims))
     assert host.runner.most == 2
     assert sorted(host.runner.ran) == sorted(ids)  # each once
 

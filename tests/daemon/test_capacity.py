@@ -7,6 +7,7 @@ from __future__ import annotations
 from dispatch.daemon.capacity import (
     AHEAD_AFTER,
     AHEAD_CLAIMS,
+    AHEAD_PER_SLOT,
     COHORTS_FROM,
     FAST_RUN_S,
     Capacity,
@@ -58,13 +59,15 @@ def test_a_small_host_claims_ahead_after_a_run_of_fast_runs() -> None:
 def test_one_slow_run_or_a_claim_that_waited_in_vain_ends_it() -> None:
     c = Capacity(10, batch=100)
     fast_runs(c)
-    assert c.take(draining=False) == 16 and c.take(draining=False) == 16
+    half = AHEAD_CLAIMS // 2
+    assert c.take(draining=False) == half and c.take(draining=False) == half
+    over = AHEAD_CLAIMS - 10
     c.ran(FAST_RUN_S)  # a run as long as that is not fast
-    assert not c.ahead and c.claims == 10 and c.free == -22  # no room till 22 have ended
+    assert not c.ahead and c.claims == 10 and c.free == -over  # no room till `over` have ended
     fast_runs(c)
     assert c.ahead and c.free == 0
     c.cool()
-    assert not c.ahead and c.fast == 0 and c.free == -22
+    assert not c.ahead and c.fast == 0 and c.free == -over
 
 
 def test_a_host_of_many_slots_never_claims_ahead() -> None:
@@ -76,9 +79,18 @@ def test_a_host_of_many_slots_never_claims_ahead() -> None:
 def test_a_resize_while_claiming_ahead_keeps_claiming_ahead() -> None:
     c = Capacity(4, batch=100)
     fast_runs(c)
-    c.resize(8)
+    c.resize(10)
     assert c.ahead and c.claims == AHEAD_CLAIMS and c.free == AHEAD_CLAIMS
     c.resize(COHORTS_FROM * 2)  # many slots: no longer ahead, the slots are the claims
     assert not c.ahead and c.claims == COHORTS_FROM * 2 and c.free == COHORTS_FROM * 2
     c.resize(2)
     assert c.claims == 2 and c.free == 2
+
+
+def test_a_tiny_host_claims_only_a_few_ahead_a_slot() -> None:
+    """Its waiting claims must begin within the hold at the fast runs' pace, like a larger
+    host's: so many per slot at most."""
+    c = Capacity(2, batch=100)
+    fast_runs(c)
+    assert c.ahead and c.claims == 2 * AHEAD_PER_SLOT and not c.cohorts
+    assert c.take(draining=False) == 2 * AHEAD_PER_SLOT
