@@ -1,7 +1,7 @@
 """Soak: short jobs through three real daemons while the bench kills, freezes and pauses them.
 
     python -m bench.soak [--jobs 2000] [--submit-s 30] [--deadline-s 600] [--seed N] [--json]
-                         [--keep] [--concurrency 8] [--runs 1]
+                         [--keep] [--concurrency 8] [--runs 1] [--ahead]
 
 The 40-slot profile: `--concurrency 40 --jobs 3000 --runs 10`, ten soaks in a row (seeds
 `--seed`, `--seed`+1, ...), one line of figures each and the count of runs that were not four
@@ -27,10 +27,12 @@ A daemon that exits on its own is started again and counted (`daemon_exits`): a 
 
 Settings, through the daemons' ordinary environment: lock 3 s, stop grace 0.5 s, renewal
 every 0.5 s, sweep every 1 s, concurrency 8 (`--concurrency 40` runs two cohorts per daemon
-and their two flights, daemon/flights.py). `DISPATCH_MAX_STALLS` keeps its default: a stall
-is a lock that lapsed, which a kill or a freeze causes for each claim of that daemon, and the
-faults issue's rule is that a fault never fails a job, so a job failed `stalled` here counts in
-`failed_for_faults`. `stalls_max` says how close the fleet came to the cap.
+and their two flights, daemon/flights.py). `--ahead` has every daemon claim ahead however long
+its runs take (bench/support/ahead_worker.py), so the faults meet claims waiting for a slot and
+their hand-backs (`waiting_claims_handed_back` in the events). `DISPATCH_MAX_STALLS` keeps its
+default: a stall is a lock that lapsed, which a kill or a freeze causes for each claim of that
+daemon, and the faults issue's rule is that a fault never fails a job, so a job failed
+`stalled` here counts in `failed_for_faults`. `stalls_max` says how close the fleet came to the cap.
 
 Figures, the first four should be 0:
   lost                 jobs with no final state when the run ended (every job ended, or the
@@ -106,6 +108,7 @@ from dispatch.records.disk_log import decode as decode_record
 
 Row = dict[str, Any]
 DAEMONS = 3
+AHEAD_WORKER = "bench.support.ahead_worker"  # `--ahead`: claims ahead whatever runs take
 KILL_EVERY_S = (4.0, 6.0)
 FREEZE_AT_S = (1.0, 11.0, 21.0)
 FREEZE_S = 2 * LOCK_MS / 1000
@@ -292,7 +295,7 @@ async def start_fleet(s: Soak, url: str, redis: Redis) -> None:
         state.mkdir()
         env = daemon_env(url, s.args.prefix, state, host)
         env["DISPATCH_CONCURRENCY"] = str(s.args.concurrency)
-        d = Daemon(host, state, env)
+        d = Daemon(host, state, env, module=AHEAD_WORKER if s.args.ahead else "dispatch")
         s.daemons.append(d)
         d.start()
     alive = [host_alive(d.host, s.args.prefix) for d in s.daemons]
@@ -450,6 +453,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="for the kill times and targets")
     # 32 or more: each daemon runs its jobs in two cohorts with two flights (daemon/flights.py)
     p.add_argument("--concurrency", type=int, default=8, help="slots per daemon")
+    p.add_argument("--ahead", action="store_true", help="claim ahead however long runs take")
     p.add_argument("--prefix", default="soak", help="key prefix (the bench's own Redis)")
     p.add_argument("--keep", action="store_true", help="keep the work dir: logs, marks")
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
@@ -471,6 +475,7 @@ def soak_once(args: argparse.Namespace, seed: int) -> Row:
         "jobs": args.jobs,
         "seed": seed,
         "settings": {**DAEMON_ENV, "DISPATCH_CONCURRENCY": str(args.concurrency)},
+        "claims_ahead": args.ahead,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "python": platform.python_version(),
     }

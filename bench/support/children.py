@@ -65,9 +65,10 @@ class Daemon:
     proc: subprocess.Popen[bytes] | None = None
     expected_exit: bool = False  # the bench is killing or stopping it
     pids: list[int] = field(default_factory=list)  # one per start
+    module: str = "dispatch"  # run as `python -m <module> worker`
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "dispatch", "worker"]
+        argv = [sys.executable, "-m", self.module, "worker"]
         self.proc = spawn(argv, self.state / "daemon.log", self.env)
         self.pids.append(self.proc.pid)
         self.expected_exit = False
