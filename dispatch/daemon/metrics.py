@@ -7,10 +7,12 @@ reason's catalogue token, an outcome, a queue name, an error kind, a fleet lease
 a job id or a text.
 
 Per daemon: jobs claimed, finished by outcome and reason, deferred, retried and refused by
-reason, cancelled; run durations and queue waits; running jobs and slots; the event loop's lag
-(how late a 1 s timer fires); build info. From the log's events: errors by kind, and per fleet
-lease (a name from the config: a project, a repo, an endpoint, the wait checks) the acquires
-found full, so that a job waited, and the grants made without Redis's answer (no fence).
+reason, cancelled; run durations and queue waits; running jobs and slots; the claims held
+while claiming ahead (daemon/capacity.py), those waiting and those handed back; the event
+loop's lag (how late a 1 s timer fires); build info. From the log's events: errors by kind,
+and per fleet lease (a name from the config: a project, a repo, an endpoint, the wait checks)
+the acquires found full, so that a job waited, and the grants made without Redis's answer (no
+fence).
 
 Fleet-wide gauges (jobs per queue and state, waiting jobs and their oldest age by reason,
 paused queues, live hosts, running jobs and slots of the fleet) come from the fleet snapshot
@@ -87,6 +89,17 @@ class Metrics:
             "dispatch_slots", "job slots: settings.json's concurrency, else DISPATCH_CONCURRENCY",
             registry=r,
         )  # fmt: skip
+        self.claims_held = Gauge(
+            "dispatch_claims_limit", "claims held at once: the slots, more while claiming ahead",
+            registry=r,
+        )  # fmt: skip
+        self.claims_waiting = Gauge(
+            "dispatch_claims_waiting", "claims held beyond the slots, waiting for a run to end",
+            registry=r,
+        )  # fmt: skip
+        self.handed_back = Counter(
+            "dispatch_claims_handed_back", "waiting claims given back unrun", ["queue"], registry=r
+        )
         self.lag = Gauge("dispatch_event_loop_lag_seconds", "a 1 s timer's lateness", registry=r)
         self.errors = Counter("dispatch_errors", "error events", ["kind"], registry=r)
         self.lease_waits = Counter(

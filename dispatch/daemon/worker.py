@@ -87,6 +87,8 @@ class Worker:
         if metrics is not None:
             metrics.running.set_function(lambda: len(self.running))
             metrics.slots.set_function(lambda: self.capacity.slots)
+            metrics.claims_held.set_function(lambda: self.capacity.claims)
+            metrics.claims_waiting.set_function(lambda: len(self.ahead))
         self.redis = redis
         self.processor = processor
         self.timing = timing or Timing()
@@ -379,6 +381,8 @@ class Worker:
                 event("redis_error", during="hand_back", error=str(exc))
                 continue
             event("waiting_claims_handed_back", queue=name, jobs=handed, recorded=recorded)
+            if self.metrics is not None:
+                self.metrics.handed_back.labels(name).inc(len(handed))
 
     def abort_all(self, reason: str) -> None:
         """Abort every run now, without the shutdown's grace."""

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from dispatch.clock import Clock, FakeClock
 from dispatch.daemon.capacity import AHEAD_AFTER, AHEAD_PER_SLOT
+from dispatch.daemon.metrics import Metrics
 from dispatch.daemon.processor import Processor, ProcessorSettings
 from dispatch.daemon.worker import Worker
 from dispatch.model import Job, encode_job
@@ -95,14 +96,19 @@ async def _eq(value: object, expected: object) -> bool:
 
 @contextlib.asynccontextmanager
 async def small_host(
-    redis_url: str, prefix: str, tmp_path: Path, slots: int, clock: Clock | None = None
+    redis_url: str,
+    prefix: str,
+    tmp_path: Path,
+    slots: int,
+    clock: Clock | None = None,
+    metrics: Metrics | None = None,
 ) -> AsyncIterator[Host]:
     settings = make_settings(redis_url, prefix, tmp_path, concurrency=slots)
     redis = redis_client(settings.redis_url, socket_timeout=30)
     runner = HeldRuns()
     output = settings.state_dir / "output"
     processor = Processor(ProcessorSettings(host=settings.host, output_dir=output), runner)
-    worker = Worker(settings, redis, processor, timing=FAST, clock=clock)
+    worker = Worker(settings, redis, processor, timing=FAST, clock=clock, metrics=metrics)
     for _ in range(AHEAD_AFTER):  # a host whose runs have been fast
         worker.capacity.ran(0.0)
     stop = asyncio.Event()
@@ -164,6 +170,27 @@ async def test_a_claim_that_waits_in_vain_goes_back_with_nothing_spent(
         host.runner.release.set()
         await eventually(lambda: _true(len(host.runner.ran) == 4))
     assert host.runner.most == 1 and sorted(host.runner.ran) == ids
+
+
+async def test_the_metrics_show_the_claims_held_waiting_and_handed_back(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    metrics = Metrics("h", "0")
+    value = metrics.registry.get_sample_value
+    async with small_host(redis_url, prefix, tmp_path, slots=1, metrics=metrics) as host:
+        host.worker.ahead.hold_s = 60.0
+        assert value("dispatch_claims_limit") == AHEAD_PER_SLOT
+        await enqueue(host.queue, 3)
+        await host.waiting(2)
+        assert value("dispatch_claims_waiting") == 2 and value("dispatch_running_jobs") == 1
+        host.worker.ahead.hold_s = 0.0
+        host.worker.ahead.expire()  # both waited in vain: back to the queue, and no more ahead
+        await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
+        await eventually(
+            lambda: _true(value("dispatch_claims_handed_back_total", {"queue": "jobs"}))
+        )
+        assert value("dispatch_claims_handed_back_total", {"queue": "jobs"}) == 2
+        assert value("dispatch_claims_waiting") == 0 and value("dispatch_claims_limit") == 1
 
 
 async def test_a_draining_host_hands_back_what_waits_and_runs_none_of_it(

@@ -58,6 +58,8 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     ]
     assert [dict(k[1])["reason"] for k in failed] == ["exit-3"]
     assert found[("dispatch_slots", ())] == 3 and found[("dispatch_running_jobs", ())] == 0
+    assert found[("dispatch_claims_limit", ())] == 3  # two jobs: no claiming ahead
+    assert found[("dispatch_claims_waiting", ())] == 0
     assert found[("dispatch_run_duration_seconds_count", ())] == 2
     assert found[("dispatch_build_info", (("host", "m1"), ("version", found_version(found))))] == 1
     assert found[("dispatch_live_hosts", ())] == 1
