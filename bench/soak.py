@@ -102,6 +102,7 @@ from dispatch import Client, Job, new_id
 from dispatch.config.settings import from_env
 from dispatch.model import Result, encode_job
 from dispatch.queue.connect import redis_client
+from dispatch.queue.items import Retention
 from dispatch.queue.keys import host_alive, queue_keys
 from dispatch.queue.transitions import NewJob, Queue
 from dispatch.records.disk_log import decode as decode_record
@@ -463,6 +464,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--concurrency and --runs must be 1 or more")
     if args.deadline_s <= args.submit_s or args.jobs < 1:
         p.error("--deadline-s must exceed --submit-s, and --jobs be 1 or more")
+    if args.jobs > Retention().keep_done:  # the oldest results would be gone when read
+        p.error(f"--jobs is {args.jobs}: the queue keeps {Retention().keep_done:,} finished jobs")
     return args
 
 

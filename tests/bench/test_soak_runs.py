@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.soak import parse
 from bench.soak_runs import Evidence, Fault, tally
+from dispatch.queue.items import Retention
 
 DAEMON = 100
 HOST = {DAEMON: "soak-1", 200: "soak-2"}
@@ -57,3 +59,17 @@ def test_the_soak_takes_its_daemons_slots_and_refuses_none() -> None:
     with pytest.raises(SystemExit) as refused:
         parse(["--concurrency", "0"])
     assert refused.value.code == 2
+
+
+def test_the_soak_refuses_more_jobs_than_the_queue_keeps_results_of(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Past the retention the oldest results are trimmed before the soak reads them, and it
+    would count those jobs lost: it says so instead, in one line."""
+    keep = Retention().keep_done
+    assert parse(["--jobs", str(keep)]).jobs == keep
+    with pytest.raises(SystemExit) as exited:
+        parse(["--jobs", str(keep + 1)])
+    assert exited.value.code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "finished jobs" in x]
+    assert f"--jobs is {keep + 1}" in line
