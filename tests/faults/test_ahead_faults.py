@@ -1,0 +1,87 @@
+"""A small host that claims ahead (daemon/ahead.py) meets Redis answering READONLY, or refusing
+connections, while claims wait for its slots: the hand-back of those that wait in vain fails,
+the lane is left unsure and hands them back once Redis is back, and every job still completes,
+once, with the daemon alive. Real redis-server behind `RedisProxy`, a real daemon process:
+`bench/support/ahead_worker.py`, the worker that claims ahead whatever its runs take (a
+process run here outlasts the 25 ms under which a host claims ahead).
+
+Timing, not sleeps for a state: a claim waits HOLD (2 s) at most; runs take RUN_S (0.6 s) on 2
+slots, so of the 8 claims waiting when the fault begins, some are still waiting 2 s later, and
+the fault (3 s) is on when their hand-back goes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from dispatch.model import Job, encode_job
+from dispatch.queue.transitions import NewJob, Queue
+from tests.support.daemons import cli_env, daemon, log_path
+from tests.support.metrics import scrape
+from tests.support.polling import eventually, eventually_sync
+from tests.support.redis_errors import ERROR_REPLIES
+from tests.support.redis_server import free_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+JOBS = 24
+RUN_S = 0.6
+HOLD = "2"
+FAULT_S = 3.0
+AHEAD_WORKER = (sys.executable, "-m", "bench.support.ahead_worker")
+
+
+def completions(state: Path) -> Counter[str]:
+    log = state / "runs.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return Counter(r["id"] for r in map(json.loads, lines) if r.get("outcome") == "completed")
+
+
+def claims_waiting(port: int) -> bool:
+    try:
+        return scrape(port).get(("dispatch_claims_waiting", ()), 0) > 0
+    except OSError:  # not serving yet
+        return False
+
+
+@pytest.mark.parametrize("mode", ["error", "refuse"])
+async def test_waiting_claims_ride_out_redis_faults_with_every_job_run_once(
+    redis: Redis, prefix: str, tmp_path: Path, proxy, mode: str
+) -> None:
+    port = free_port()
+    state = tmp_path / "state"
+    env = cli_env(
+        proxy.url, prefix, state, DISPATCH_HOST="ahead", DISPATCH_CONCURRENCY="2",
+        DISPATCH_METRICS_ADDR=f"127.0.0.1:{port}", BENCH_AHEAD_HOLD_S=HOLD,
+    )  # fmt: skip
+    queue = Queue(redis, "jobs", prefix)
+    ids = [f"a{i:04d}" for i in range(JOBS)]
+    await queue.enqueue(
+        [NewJob(i, encode_job(Job(id=i, command=["sleep", str(RUN_S)]))) for i in ids]
+    )
+    error = ERROR_REPLIES["READONLY"] if mode == "error" else b""
+    with daemon(env, program=AHEAD_WORKER) as proc:
+        await anyio.to_thread.run_sync(lambda: eventually_sync(lambda: claims_waiting(port), 30))
+        with proxy.fault(mode, error):
+            await anyio.sleep(FAULT_S)  # the fault's length is the point, not a wait for a state
+        assert proc.poll() is None
+        await eventually(lambda: _done_at_least(redis, queue, JOBS), timeout=90)
+        assert proc.poll() is None
+    ran = completions(state)
+    assert sorted(ran) == ids and set(ran.values()) == {1}  # each ran, and ran once
+    assert await redis.hlen(queue.keys.stalls) == 0  # handed back by recover, none left to lapse
+    logged = [json.loads(line) for line in log_path(env).read_text().splitlines()]
+    met = {e.get("during") for e in logged if e.get("event") == "redis_error"}
+    assert "hand_back" in met  # the fault did meet a hand-back of waiting claims
+    assert [e for e in logged if e.get("event") == "waiting_claims_handed_back"]
+    assert not [e for e in logged if e.get("event") in ("task_failed", "job_crashed")]
+
+
+async def _done_at_least(redis: Redis, queue: Queue, n: int) -> bool:
+    return await redis.zcard(queue.keys.done) >= n
