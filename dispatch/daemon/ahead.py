@@ -21,7 +21,7 @@ from dispatch.daemon.capacity import Capacity
 from dispatch.log import event
 from dispatch.queue.transitions import Claim
 
-HOLD_S = 0.1  # longest wait for a slot: a little longer than AHEAD_CLAIMS fast runs take
+HOLD_S = 0.1  # longest wait for a slot: four fast runs of one slot (capacity.AHEAD_PER_SLOT)
 HandBack = Callable[[list[Claim]], Awaitable[None]]
 
 

@@ -30,7 +30,7 @@ AHEAD_PER_SLOT = 5  # 1 + HOLD_S / FAST_RUN_S: four waiting per slot begin withi
 class Capacity:
     def __init__(self, slots: int, batch: int) -> None:
         self.slots = slots  # jobs run at once
-        self.claims = slots  # claims held at once: the slots, or AHEAD_CLAIMS when ahead
+        self.claims = slots  # claims held at once: the slots, or more when ahead (_claims_for)
         self.free = slots
         self.fast = 0  # runs in a row that ended within FAST_RUN_S
         self._batch = batch

@@ -89,7 +89,7 @@ class Metrics:
             "dispatch_slots", "job slots: settings.json's concurrency, else DISPATCH_CONCURRENCY",
             registry=r,
         )  # fmt: skip
-        self.claims_held = Gauge(
+        self.claims_limit = Gauge(
             "dispatch_claims_limit", "claims held at once: the slots, more while claiming ahead",
             registry=r,
         )  # fmt: skip

@@ -87,7 +87,7 @@ class Worker:
         if metrics is not None:
             metrics.running.set_function(lambda: len(self.running))
             metrics.slots.set_function(lambda: self.capacity.slots)
-            metrics.claims_held.set_function(lambda: self.capacity.claims)
+            metrics.claims_limit.set_function(lambda: self.capacity.claims)
             metrics.claims_waiting.set_function(lambda: len(self.ahead))
         self.redis = redis
         self.processor = processor
