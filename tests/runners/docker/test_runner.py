@@ -206,18 +206,24 @@ async def test_cancelled_run_still_removes_its_container(runner, docker, tmp_pat
     assert await _leftovers(docker, host_label) == []
 
 
-async def test_a_run_that_exited_returns_before_its_container_is_removed(
-    runner, docker, tmp_path, host_label
-):
-    """Its process and mounts are gone with the exit: the run's holds do not wait for the
-    engine's cleanup, which `settle` waits for. The removal is held open with an event."""
-    remove, removing = runner.client.remove, asyncio.Event()
+def hold_removals(client: DockerClient) -> asyncio.Event:
+    """Each container removal of `client` waits for the event, then goes on as it would."""
+    remove, removing = client.remove, asyncio.Event()
 
     async def held(cid: str, *, force: bool = False) -> None:
         await removing.wait()
         await remove(cid, force=force)
 
-    runner.client.remove = held
+    client.remove = held  # type: ignore[method-assign,assignment]
+    return removing
+
+
+async def test_a_run_that_exited_returns_before_its_container_is_removed(
+    runner, docker, tmp_path, host_label
+):
+    """Its process and mounts are gone with the exit: the run's holds do not wait for the
+    engine's cleanup, which `settle` waits for. The removal is held open with an event."""
+    removing = hold_removals(runner.client)
     result = await asyncio.wait_for(runner.run(make_ctx(tmp_path, host_label, ["true"])), 30)
     assert result.exit_code == 0
     assert len(await _leftovers(docker, host_label)) == 1  # exited, not yet removed
@@ -232,13 +238,7 @@ async def test_a_client_closed_meanwhile_still_removes_the_exited_container(
     """The removal goes on after the run's result; closing the client waits for it rather
     than cut it off mid-call (held open with an event)."""
     client = DockerClient(docker_host)
-    remove, removing = client.remove, asyncio.Event()
-
-    async def held(cid: str, *, force: bool = False) -> None:
-        await removing.wait()
-        await remove(cid, force=force)
-
-    client.remove = held  # type: ignore[method-assign,assignment]
+    removing = hold_removals(client)
     result = await DockerRunner(SETTINGS, client).run(make_ctx(tmp_path, host_label, ["true"]))
     assert result.exit_code == 0
     closing = asyncio.ensure_future(client.aclose())
