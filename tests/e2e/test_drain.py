@@ -80,6 +80,7 @@ def test_a_rolling_upgrade_of_three_daemons_under_load_loses_and_repeats_nothing
         feeder.start()
         for h in HOSTS:  # drain, wait for the exit, start the "upgraded" daemon: next host
             eventually_sync(lambda: len(submitted) >= 5, 30)
+            eventually_sync(lambda host=h: hosts_by_name(env).get(host, {}).get("alive"), 30)
             done = dispatch(env, "drain", h, "--grace", "60s", "--wait")
             assert done.returncode == 0 and done.stdout == f"{h} drained: its daemon exited\n"
             assert procs[h].wait(timeout=30) == 0

@@ -19,7 +19,7 @@ import pytest
 
 from dispatch.queue import keys
 from tests.support.daemons import SOURCE, cli_env, daemon, dispatch, dispatch_json, wait_state
-from tests.support.metrics import scrape
+from tests.support.metrics import scrape_if_up
 from tests.support.polling import eventually_sync
 from tests.support.redis_server import free_port, sync_client
 from tests.support.tmux import exited, showing, terminal
@@ -175,7 +175,7 @@ def test_capacity_counts_the_runs_of_each_host(fleet: Fleet) -> None:
 
 def test_one_daemon_exports_the_fleet_to_metrics(fleet: Fleet) -> None:
     def led() -> list | None:
-        samples = [scrape(port) for port in fleet.ports]
+        samples = [scrape_if_up(port) for port in fleet.ports]
         leaders = [s for s in samples if s.get(("dispatch_metrics_leader", ())) == 1]
         if len(leaders) != 1 or leaders[0].get(("dispatch_live_hosts", ())) != 3:
             return None

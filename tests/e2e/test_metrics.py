@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
-from tests.support.metrics import scrape
+from tests.support.metrics import scrape, scrape_if_up
 from tests.support.polling import eventually_sync
 from tests.support.redis_server import free_port
 
@@ -40,7 +40,7 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
         wait_state(env, later, "delayed")
 
         def counted() -> dict | None:
-            found = scrape(port)
+            found = scrape_if_up(port)
             done = found.get(
                 ("dispatch_jobs_finished_total", (("outcome", "completed"), ("reason", "none")))
             )
@@ -95,7 +95,8 @@ def test_a_job_waiting_on_a_full_fleet_lease_is_counted(
         first = submit(h1, "--queue", "jobs@h1", "--model", "m1", "--", "sh", "-c", holds)
         eventually_sync(running.exists, 20)  # h1 holds the endpoint's one fleet slot
         second = submit(h2, "--queue", "jobs@h2", "--model", "m1", "--", "true")
-        eventually_sync(lambda: scrape(port).get(waits), 30)  # once per pickup that found it full
+        # counted once per pickup that found the endpoint full
+        eventually_sync(lambda: scrape_if_up(port).get(waits), 30)
         found = scrape(port)
         go.touch()
         assert wait_state(h1, first, "completed") == "completed"

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from dispatch.model import Job, encode_job
 from dispatch.queue.transitions import NewJob, Queue
 from tests.support.daemons import cli_env, daemon, log_path
-from tests.support.metrics import scrape
+from tests.support.metrics import scrape_if_up
 from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_errors import ERROR_REPLIES
 from tests.support.redis_server import free_port
@@ -44,10 +44,7 @@ def completions(state: Path) -> Counter[str]:
 
 
 def claims_waiting(port: int) -> bool:
-    try:
-        return scrape(port).get(("dispatch_claims_waiting", ()), 0) > 0
-    except OSError:  # not serving yet
-        return False
+    return scrape_if_up(port).get(("dispatch_claims_waiting", ()), 0) > 0
 
 
 @pytest.mark.parametrize("mode", ["error", "refuse"])

@@ -18,3 +18,11 @@ def scrape(port: int) -> Samples:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def scrape_if_up(port: int) -> Samples:
+    """As `scrape`, or nothing while the daemon is not serving yet: for polling from its start."""
+    try:
+        return scrape(port)
+    except OSError:  # refused, or reset as the server starts
+        return {}
