@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 from tests.support.daemons import cli_env, daemon, dispatch, dispatch_json, state_of, wait_state
@@ -18,6 +19,10 @@ HOSTS = ("r1", "r2", "r3")
 
 def hosts_by_name(env: dict[str, str]) -> dict[str, dict]:
     return {h["name"]: h for h in dispatch_json(env, "hosts")["hosts"]}
+
+
+def alive(env: dict[str, str], host: str) -> bool:
+    return bool(hosts_by_name(env).get(host, {}).get("alive"))
 
 
 def submit(env: dict[str, str], *command: str) -> str:
@@ -80,7 +85,7 @@ def test_a_rolling_upgrade_of_three_daemons_under_load_loses_and_repeats_nothing
         feeder.start()
         for h in HOSTS:  # drain, wait for the exit, start the "upgraded" daemon: next host
             eventually_sync(lambda: len(submitted) >= 5, 30)
-            eventually_sync(lambda host=h: hosts_by_name(env).get(host, {}).get("alive"), 30)
+            eventually_sync(partial(alive, env, h), 30)
             done = dispatch(env, "drain", h, "--grace", "60s", "--wait")
             assert done.returncode == 0 and done.stdout == f"{h} drained: its daemon exited\n"
             assert procs[h].wait(timeout=30) == 0
