@@ -19,6 +19,8 @@ Phases, in order:
             (time.time()) minus the job's due instant (from Redis TIME: one machine, one clock).
   idle      one daemon on an empty queue, its commands per second over `--idle-s` seconds.
 
+`BENCH_PROFILE=PATH` runs each daemon under cProfile and writes its stats to PATH.<host>.
+
 Redis commands come from INFO commandstats deltas, so a command a script runs counts like one
 a client sends; `script_calls_per_job` counts the EVALSHA round trips alone. The bench's own
 polling is subtracted. `steal_pct` and `other_cpu_pct` (of one core, during the process phase)
@@ -165,7 +167,15 @@ def daemon_main(spec: DaemonSpec, stop_flag: Any, out: Any) -> None:
     spec.state_dir.mkdir(parents=True, exist_ok=True)
     with open(spec.state_dir / "daemon.log", "w") as stream:
         log.stream, log.human = stream, False
-        row = uvloop.run(serve(spec, stop_flag))
+        profile = os.environ.get("BENCH_PROFILE")
+        if not profile:
+            row = uvloop.run(serve(spec, stop_flag))
+        else:  # cProfile's figures are inflated 3-4x, but say where a daemon's calls go
+            import cProfile
+
+            with cProfile.Profile() as prof:
+                row = uvloop.run(serve(spec, stop_flag))
+            prof.dump_stats(f"{profile}.{spec.host}")
     out.put(row)
 
 

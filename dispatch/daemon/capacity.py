@@ -61,9 +61,9 @@ class Capacity:
     def ran(self, seconds: float) -> None:
         """A run ended after `seconds`, its gates included: claim ahead once runs are fast."""
         self.fast = self.fast + 1 if seconds < FAST_RUN_S else 0
-        ahead = self.fast >= AHEAD_AFTER
-        if ahead != self.ahead:
-            self._claim_up_to(self._claims_for(ahead))
+        claims = self._claims_for(self.fast >= AHEAD_AFTER)
+        if claims != self.claims:  # a host of cohorts never claims ahead: nothing to reshape
+            self._claim_up_to(claims)
 
     def cool(self) -> None:
         """A claim waited for a run to end and none did in time: runs are long again."""
