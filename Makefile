@@ -27,6 +27,7 @@ test:  ## everything, as CI runs it (installs what is missing)
 
 bench:  ## the benchmarks, figures as JSON
 	.venv/bin/python -m bench.queue --json
+	.venv/bin/python -m bench.pickup --json
 	.venv/bin/python -m bench.leases --json
 	.venv/bin/python -m bench.container --json
 	.venv/bin/python -m bench.budget --json
