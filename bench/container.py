@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import json
 import os
 import shutil
 import statistics
@@ -51,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.support.output import print_figures
 from dispatch.log import log
 from dispatch.model import Job
 from dispatch.runners.base import RunContext
@@ -399,12 +399,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     log.stream = open(os.devnull, "w")  # noqa: SIM115 - the runner's events are not the figures
-    figures = asyncio.run(measure(args.runs, args.image, args.steps))
-    if args.json:
-        print(json.dumps(figures))
-        return
-    for key, value in figures.items():
-        print(f"{key:>28}  {value}")
+    print_figures(asyncio.run(measure(args.runs, args.image, args.steps)), args.json)
 
 
 if __name__ == "__main__":

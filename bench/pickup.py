@@ -15,7 +15,6 @@ costs a pickup. The runner's own no-op is included.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import Any
 import uvloop
 
 from bench.queue import NoopRunner
+from bench.support.output import print_figures
 from bench.support.redis import redis_server
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
@@ -134,11 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     with redis_server() as url, tempfile.TemporaryDirectory(prefix="bench-pickup-") as tmp:
         out = uvloop.run(measure(url, Path(tmp), args))
-    if args.json:
-        print(json.dumps(out))
-        return
-    for name, value in out.items():
-        print(f"{name:28} {value}")
+    print_figures(out, args.json)
 
 
 if __name__ == "__main__":

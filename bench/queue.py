@@ -49,6 +49,7 @@ import uvloop
 from redis.asyncio import Redis
 
 from bench.support.cpu import machine_cpu_s, process_cpu_s
+from bench.support.output import print_figures
 from bench.support.redis import Stats, redis_server, redis_version, server_ms, stats
 from bench.support.stats import percentile
 from dispatch.clock import SystemClock
@@ -473,12 +474,7 @@ async def main_async(args: argparse.Namespace) -> Row:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    out = uvloop.run(main_async(args))
-    if args.json:
-        print(json.dumps(out))
-        return
-    for name, value in out.items():
-        print(f"{name:28} {value}")
+    print_figures(uvloop.run(main_async(args)), args.json)
 
 
 if __name__ == "__main__":
