@@ -71,3 +71,4 @@ async def test_a_round_of_each_way_on_the_engine(image: str) -> None:
     figures = await measure(1, image, steps=False)
     assert figures["runs"] == 1.0
     assert figures["runner_ms"] > 0 and figures["cli_ms"] > 0 and figures["api_ms"] > 0
+    assert figures["runner_removed_ms"] >= figures["runner_ms"]  # its removal ends after it
