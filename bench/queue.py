@@ -19,7 +19,8 @@ Phases, in order:
             (time.time()) minus the job's due instant (from Redis TIME: one machine, one clock).
   idle      one daemon on an empty queue, its commands per second over `--idle-s` seconds.
 
-`BENCH_PROFILE=PATH` runs each daemon under cProfile and writes its stats to PATH.<host>.
+`BENCH_PROFILE=PATH` runs each daemon under cProfile and writes its stats to PATH.<state dir>
+(`<prefix>-<n>`; the idle phase's daemon, under a prefix of its own, writes a file of its own).
 
 Redis commands come from INFO commandstats deltas, so a command a script runs counts like one
 a client sends; `script_calls_per_job` counts the EVALSHA round trips alone. The bench's own
@@ -176,7 +177,7 @@ def daemon_main(spec: DaemonSpec, stop_flag: Any, out: Any) -> None:
 
             with cProfile.Profile() as prof:
                 row = uvloop.run(serve(spec, stop_flag))
-            prof.dump_stats(f"{profile}.{spec.host}")
+            prof.dump_stats(f"{profile}.{spec.state_dir.name}")
     out.put(row)
 
 
