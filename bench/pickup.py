@@ -1,7 +1,8 @@
 """One pickup's CPU in the gated processor, in-process: what each part of a no-op job's pickup
 costs, free of the queue's round trips and the other daemons' noise.
 
-    python -m bench.pickup [--pickups 20000] [--reps 7] [--without gates,usage,tails,log] [--json]
+    python -m bench.pickup [--pickups 20000] [--reps 7] [--without gates,usage,tails,log]
+                           [--env N] [--json]
 
 The processor is the gated daemon's (bench.queue --gates: every gate, an empty config dir, the
 run log, the usage dirs, the Redis output tails) around bench.queue's no-op runner, on a
@@ -9,7 +10,8 @@ redis-server of its own (or DISPATCH_REDIS_URL). Each rep awaits `Processor.proc
 same `--pickups` minimal jobs, one after the other; the figure is the fastest rep's
 microseconds per pickup (on a shared host, noise only ever adds time). `--without` leaves
 parts out, each in a pass of its own after the full one: the difference is what that part
-costs a pickup. The runner's own no-op is included.
+costs a pickup. The runner's own no-op is included. `--env N` gives each job N env values
+(agent jobs carry some; bench.queue's delayed jobs carry 2).
 """
 
 from __future__ import annotations
@@ -63,11 +65,12 @@ PARTS: dict[str, Callable[[Processor], None]] = {
 }
 
 
-def claims(n: int) -> list[Claim]:
+def claims(n: int, env: int = 0) -> list[Claim]:
+    values = {f"SETTING_{i}": f"value-{i}" for i in range(env)}
     out: list[Claim] = []
     for _ in range(n):
         job_id = new_id()
-        data = encode_job(Job(id=job_id, command=["true"]))
+        data = encode_job(Job(id=job_id, command=["true"], env=values))
         out.append(Claim("jobs", job_id, f"bench-1:{len(out) + 1}", 1, 0, 0, data))
     return out
 
@@ -90,8 +93,8 @@ async def measure(url: str, tmp: Path, args: argparse.Namespace) -> dict[str, An
         concurrency=50, state_dir=tmp,
     )  # fmt: skip
     redis = redis_client(url, 15)
-    batch = claims(args.pickups)
-    out: dict[str, Any] = {"pickups": args.pickups, "reps": args.reps}
+    batch = claims(args.pickups, args.env)
+    out: dict[str, Any] = {"pickups": args.pickups, "reps": args.reps, "env": args.env}
     passes: list[list[str]] = [[], *([part] for part in args.without)]
     if len(args.without) > 1:
         passes.append(args.without)
@@ -119,12 +122,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--without", default="", help=f"parts to leave out, comma-separated: {','.join(PARTS)}"
     )
+    p.add_argument("--env", type=int, default=0, help="env values each job carries")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     args.without = [part for part in args.without.split(",") if part]
     unknown = [part for part in args.without if part not in PARTS]
     if unknown:
         p.error(f"--without {','.join(unknown)}: not a part (one of {','.join(PARTS)})")
+    if args.env < 0:
+        p.error("--env must be 0 or more")
     if args.pickups <= WARM_UP:
         p.error(f"--pickups must be over {WARM_UP}, the warm-up")
     return args

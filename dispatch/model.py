@@ -28,7 +28,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Literal
+from typing import Literal, cast
 
 import msgspec
 
@@ -51,6 +51,11 @@ _QUEUE = re.compile(r"jobs(@[A-Za-z0-9][A-Za-z0-9._-]{0,62})?")
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROXY_ENV = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"})
+# a name both checks above let through, in one match: most jobs' names are, and then neither
+# check's sentence needs building (`env_name_reserved` says why one is not)
+_FREE_ENV_NAME = re.compile(
+    r"(?!DISPATCH_)(?!(?i:HTTPS?_PROXY|NO_PROXY|ALL_PROXY)\Z)[A-Za-z_][A-Za-z0-9_]*", re.ASCII
+)
 # never starting with "-": the name is put into the resolver's argv, where it must not be an option
 _SECRET_REF = re.compile(
     r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})/([A-Za-z0-9_][A-Za-z0-9._/:@+=-]{0,255})"
@@ -138,13 +143,20 @@ class Job(
         """The env values given as values (what the document itself holds)."""
         if not self.env:
             return {}
+        if not self.has_secret_refs():
+            return cast("dict[str, str]", dict(self.env))  # no reference: every value is a str
         return {k: v for k, v in self.env.items() if isinstance(v, str)}
 
     def secret_refs(self) -> dict[str, SecretRef]:
         """The env values given by reference: variable -> reference."""
-        if not self.env:
+        if not self.has_secret_refs():
             return {}
         return {k: v for k, v in self.env.items() if isinstance(v, SecretRef)}
+
+    def has_secret_refs(self) -> bool:
+        """Whether any env value is given by reference. Asked three times a pickup, so the
+        types are compared in C, no dict built (a value decodes as exactly str or SecretRef)."""
+        return bool(self.env) and SecretRef in map(type, self.env.values())
 
 
 class _Head(msgspec.Struct):
@@ -255,17 +267,10 @@ def _egress_problems(hosts: list[str]) -> list[str]:
 
 def _text_problems(job: Job, nul_free: bool) -> list[str]:
     problems = []
-    if job.env:  # most jobs have none: no comprehension to build
-        problems += [
-            f"env name {k!r} is not a valid variable name"
-            for k in job.env
-            if not _ENV_NAME.fullmatch(k)
-        ]
-        problems += [
-            f"{ENV_NAME_RESERVED}: env {k} is the runner's to set: {why}"
-            for k in job.env
-            if (why := env_name_reserved(k))
-        ]
+    # most jobs have no env, or names all free: no comprehension to build
+    if job.env and not all(map(_FREE_ENV_NAME.fullmatch, job.env)):
+        problems += _env_name_problems(job.env)
+    if job.has_secret_refs():
         problems += [
             f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
             for k, v in job.secret_refs().items()
@@ -274,6 +279,17 @@ def _text_problems(job: Job, nul_free: bool) -> list[str]:
     if not nul_free and _has_nul(job):
         problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems
+
+
+def _env_name_problems(env: Mapping[str, str | SecretRef]) -> list[str]:
+    problems = [
+        f"env name {k!r} is not a valid variable name" for k in env if not _ENV_NAME.fullmatch(k)
+    ]
+    return problems + [
+        f"{ENV_NAME_RESERVED}: env {k} is the runner's to set: {why}"
+        for k in env
+        if (why := env_name_reserved(k))
+    ]
 
 
 def env_name_reserved(name: str) -> str:

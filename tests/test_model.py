@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dispatch.errors import InvalidJob
 from dispatch.model import (
+    _FREE_ENV_NAME,
     FIRST_VERSION,
     JOB_VERSION,
     MAX_JOB_BYTES,
@@ -214,6 +215,29 @@ def test_an_env_name_the_runner_owns_is_refused_naming_it(name: str, value: obje
 )
 def test_every_other_env_name_is_accepted(name: str) -> None:
     assert list(decode_job(doc(id="j1", env={name: "x"})).env) == [name]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    name=st.one_of(
+        st.text(alphabet="AaDdHhIiNnOoPpSsTtXxYy_-019\u017f\u212a\n ", max_size=14),
+        reserved,
+        reserved.map(lambda n: n + "\n"),
+        st.from_regex(ENV_RE, fullmatch=True),
+    )
+)
+@example(name="http_proxy")
+@example(name="HTTP_PROXY_")
+@example(name="DISPATCH")
+@example(name="\u212a")  # the Kelvin sign: a K only to case-blind Unicode matching
+def test_one_match_frees_an_env_name_exactly_when_both_checks_do(name: str) -> None:
+    """The decoder lets a name through on one match, and names its problem only on a miss."""
+    free = bool(ENV_RE.fullmatch(name)) and not env_name_reserved(name)
+    assert bool(_FREE_ENV_NAME.fullmatch(name)) == free
+    if free:
+        assert list(decode_job(doc(id="j1", env={name: "x"})).env) == [name]
+    else:
+        assert_refused(doc(id="j1", env={"OK": "x", name: "x"}))
 
 
 def test_records_from_before_sentences_decode_and_an_empty_one_is_not_written() -> None:

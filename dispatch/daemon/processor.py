@@ -298,7 +298,7 @@ class Processor:
             # Awaited here, however long a stop takes: the claim and every hold stay until the
             # run is gone (the lock keeper logs a stop that takes too long). Nothing cancels a
             # pickup; a task of its own per run cost more than the rest of a no-op pickup.
-            if job.env:
+            if job.has_secret_refs():
                 result = await run_with_secrets(ctx, pickup.config.secrets, self.runner.run)
             else:  # no references to resolve: one coroutine fewer
                 result = await self.runner.run(ctx)

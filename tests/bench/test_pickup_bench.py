@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.pickup import PARTS, WARM_UP, measure, parse
+from bench.pickup import PARTS, WARM_UP, claims, measure, parse
+from dispatch.model import decode_job
 
 pytestmark = pytest.mark.anyio
 
@@ -29,3 +30,16 @@ def test_an_unknown_part_is_refused_in_one_line(capsys: pytest.CaptureFixture[st
         .err.splitlines()[-1]
         .endswith("--without nope: not a part (one of gates,usage,tails,log)")
     )
+
+
+def test_env_jobs_carry_that_many_values() -> None:
+    assert parse(["--env", "3"]).env == 3
+    [claim] = claims(1, env=3)
+    assert decode_job(claim.data).plain_env() == {f"SETTING_{i}": f"value-{i}" for i in range(3)}
+
+
+def test_a_negative_env_count_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse(["--env", "-1"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("--env must be 0 or more")

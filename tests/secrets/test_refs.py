@@ -40,3 +40,21 @@ def test_a_malformed_reference_is_refused_in_one_line(env: dict[str, object]) ->
     with pytest.raises(InvalidJob) as caught:
         decode_job(json.dumps({"id": "a", "command": ["true"], "env": env}))
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "plain", "refs"),
+    [
+        ({}, {}, {}),
+        ({"A": "1", "B": "2"}, {"A": "1", "B": "2"}, {}),
+        ({"A": "1", "K": {"secret": "v/k"}}, {"A": "1"}, {"K": SecretRef(secret="v/k")}),
+        ({"K": {"secret": "v/k"}}, {}, {"K": SecretRef(secret="v/k")}),
+    ],
+)
+def test_a_decoded_env_splits_into_values_and_references(
+    env: dict[str, object], plain: dict[str, str], refs: dict[str, SecretRef]
+) -> None:
+    job = decode_job(json.dumps({"id": "a", "command": ["true"], "env": env}))
+    assert (job.plain_env(), job.secret_refs(), job.has_secret_refs()) == (plain, refs, bool(refs))
+    job.plain_env()["X"] = "y"  # a copy: the document's env is not the caller's to change
+    assert "X" not in job.env
