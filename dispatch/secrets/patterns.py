@@ -73,7 +73,10 @@ _EDGE = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt])|(?<=[0-9]m))"
 _EDGE_WIDTH = 2  # how far back it looks: a stream keeps that much of what it gave out
 _SEP = r"""\\?["']?[ \t]*[:=][ \t]*\\?["']?"""  # `: ` or `=`, quoted or JSON-escaped or neither
 _SCHEME = r"(?:Bearer|Basic|Token|Negotiate|NTLM|bearer|basic|token)[ \t]+"
-_PEM_BODY = r"(?:[A-Za-z0-9+/=:,. \t{newlines}\\]|-(?!----)){16,}+"  # base64, headers, escapes
+# base64, headers, escapes. Greedy, not possessive: nothing follows it, so its first try is the
+# match, and Debian 12's CPython (3.11.2) ends a possessive repeat of this group too late,
+# taking the END line's dashes with the body (3.11.7 does not)
+_PEM_BODY = r"(?:[A-Za-z0-9+/=:,. \t{newlines}\\]|-(?!----)){16,}"
 
 # name, the literals it begins with, what else is kept, what is masked
 _SHAPES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
