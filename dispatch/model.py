@@ -141,8 +141,6 @@ class Job(
 
     def plain_env(self) -> dict[str, str]:
         """The env values given as values (what the document itself holds)."""
-        if not self.env:
-            return {}
         if not self.has_secret_refs():
             return cast("dict[str, str]", dict(self.env))  # no reference: every value is a str
         return {k: v for k, v in self.env.items() if isinstance(v, str)}
@@ -270,12 +268,11 @@ def _text_problems(job: Job, nul_free: bool) -> list[str]:
     # most jobs have no env, or names all free: no comprehension to build
     if job.env and not all(map(_FREE_ENV_NAME.fullmatch, job.env)):
         problems += _env_name_problems(job.env)
-    if job.has_secret_refs():
-        problems += [
-            f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
-            for k, v in job.secret_refs().items()
-            if not _SECRET_REF.fullmatch(v.secret)
-        ]
+    problems += [
+        f"env {k}: secret reference {v.secret!r} is not <profile>/<name>"
+        for k, v in job.secret_refs().items()  # none built for a job with no reference
+        if not _SECRET_REF.fullmatch(v.secret)
+    ]
     if not nul_free and _has_nul(job):
         problems.append("a NUL byte cannot be passed to a container (command, env or names)")
     return problems

@@ -21,13 +21,11 @@ apt_install() {
 # Debian ships venv's ensurepip apart (python3-venv); without it `python3 -m venv` fails
 # half-way, leaving a .venv with no pip, so callers test for .venv/bin/pip.
 make_venv() {
-    local py=${DISPATCH_PYTHON:-}
-    if [ -z "$py" ]; then
-        [ -x /usr/bin/python3 ] || command -v python3 >/dev/null || apt_install python3
+    local py=${DISPATCH_PYTHON:-/usr/bin/python3}
+    if [ -z "${DISPATCH_PYTHON:-}" ] \
+        && ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        command -v python3 >/dev/null || apt_install python3
         py=python3
-        if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-            py=/usr/bin/python3
-        fi
     fi
     "$py" -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
     "$py" -m venv .venv

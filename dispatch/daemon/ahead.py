@@ -26,13 +26,11 @@ HandBack = Callable[[list[Claim]], Awaitable[None]]
 
 
 class Ahead:
-    def __init__(
-        self, capacity: Capacity, clock: Clock, hand_back: HandBack, hold_s: float | None = None
-    ) -> None:
+    def __init__(self, capacity: Capacity, clock: Clock, hand_back: HandBack) -> None:
         self.capacity = capacity
         self.clock = clock
         self.hand_back = hand_back  # to the claims' queues; the slots come back here after
-        self.hold_s = HOLD_S if hold_s is None else hold_s  # read now: a bench may set HOLD_S
+        self.hold_s = HOLD_S  # read per instance: bench/support/ahead_worker.py may set HOLD_S
         self.waiting: deque[tuple[Claim, float, float]] = deque()  # claim, its call's send, since
         self.returning: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
