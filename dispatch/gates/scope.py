@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from dispatch.config.schemas import ScopedLimit
+from dispatch.config.schemas import Project, ScopedLimit
 from dispatch.fleet.folders import FolderTicket, relation
 from dispatch.fleet.leases import FleetLeases
 from dispatch.fleet.slots import Slots
@@ -49,7 +49,10 @@ class ScopeGate:
             decision = await self._repo(pickup, job.repo.lower())
         else:
             decision = None
-        return decision or await self._project(pickup) or ADMIT
+        project = pickup.project
+        if decision is None and project is not None and project.concurrent is not None:
+            decision = await self._project(pickup, project, project.concurrent)
+        return decision or ADMIT
 
     async def _folder(self, pickup: Pickup, path: str) -> Defer | None:
         closed = path in (await self._limits.of(pickup.config.limits)).closed
@@ -90,13 +93,10 @@ class ScopeGate:
         bound = Bound(f"repo:{repo}", limit, repo, lease_name("scope:repo", repo))
         return await self._defer(pickup, bound, SCOPE_REPO)
 
-    async def _project(self, pickup: Pickup) -> Defer | None:
-        project = pickup.project
-        if project is None or project.concurrent is None:
-            return None
+    async def _project(self, pickup: Pickup, project: Project, concurrent: int) -> Defer | None:
         label = f"project {project.id}"
         lease = lease_name("scope:project", project.id)
-        bound = Bound(f"project:{project.id}", project.concurrent, label, lease)
+        bound = Bound(f"project:{project.id}", concurrent, label, lease)
         return await self._defer(pickup, bound, SCOPE_PROJECT)
 
     async def _defer(self, pickup: Pickup, bound: Bound, reason: str) -> Defer | None:

@@ -141,11 +141,53 @@ class Tails:
         self.cap = cap
         self.ttl_s = ttl_s
 
-    def open(self, queue: str, job_id: str, attempt: int, token: str) -> RunTail | None:
+    def open(self, queue: str, job_id: str, attempt: int, token: str) -> LazyTail | None:
         if self.cap <= 0:
             return None
-        key = queue_keys(queue, self.prefix).tail(job_id, attempt, fence_of(token))
+        return LazyTail(self, queue, job_id, attempt, token)
+
+    def key(self, queue: str, job_id: str, attempt: int, token: str) -> str:
+        return queue_keys(queue, self.prefix).tail(job_id, attempt, fence_of(token))
+
+    def writer(self, queue: str, job_id: str, attempt: int, token: str) -> RunTail:
+        key = self.key(queue, job_id, attempt, token)
         return RunTail(self.redis, key, job_id, self.cap, self.ttl_s)
+
+
+class LazyTail:
+    """A run's tail whose writer (its key, buffer and state) is made at the first output:
+    most runs of a busy host print nothing, and making it cost each of them about 1 us."""
+
+    __slots__ = ("_closed", "_run", "_tails", "_writer")
+
+    def __init__(self, tails: Tails, queue: str, job_id: str, attempt: int, token: str) -> None:
+        self._tails = tails
+        self._run = (queue, job_id, attempt, token)
+        self._writer: RunTail | None = None
+        self._closed = False
+
+    @property
+    def key(self) -> str:
+        return self._tails.key(*self._run)
+
+    def feed(self, data: bytes) -> None:
+        if not data or self._closed:
+            return
+        if self._writer is None:
+            self._writer = self._tails.writer(*self._run)
+        self._writer.feed(data)
+
+    def close_unfed(self) -> bool:
+        """As `RunTail.close_unfed`: True (and nothing fed later is sent) when none was fed."""
+        if self._writer is not None:
+            return self._writer.close_unfed()
+        self._closed = True
+        return True
+
+    async def close(self, exit_code: int | None) -> None:
+        self._closed = True
+        if self._writer is not None:
+            await self._writer.close(exit_code)
 
 
 def fence_of(token: str) -> str:

@@ -84,6 +84,25 @@ async def test_a_tail_nothing_was_fed_to_closes_at_once_and_takes_nothing_after(
     assert [f.get(b"end") for f in await entries(redis, fed.key)][-1] == b"0"
 
 
+async def test_an_opened_tail_makes_its_writer_only_when_the_run_prints(
+    redis: Redis, prefix: str
+) -> None:
+    opened = Tails(redis, prefix, cap=100, ttl_s=60)
+    quiet = opened.open("jobs", "quiet", 1, "h:1")
+    assert quiet is not None and quiet.close_unfed()
+    quiet.feed(b"late")  # after the run: dropped, as a writer's own close_unfed drops it
+    await asyncio.sleep(0)
+    assert quiet._writer is None and await redis.exists(quiet.key) == 0
+    fed = opened.open("jobs", "fed", 1, "h:2")
+    assert fed is not None
+    fed.feed(b"")  # an empty read is not output
+    assert fed._writer is None
+    fed.feed(b"hi")
+    assert not fed.close_unfed()
+    await fed.close(0)
+    assert [f.get(b"d") or f.get(b"end") for f in await entries(redis, fed.key)] == [b"hi", b"0"]
+
+
 async def test_a_redis_that_is_away_loses_the_tail_once_and_never_raises(
     logged: io.StringIO,
 ) -> None:
