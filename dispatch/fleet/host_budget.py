@@ -70,6 +70,9 @@ class HostBudget:
         self.memory = settings.host_memory if settings.host_memory is not None else machine.memory
         self.cpus = settings.host_cpus if settings.host_cpus is not None else machine.cpus
         self._held: dict[Reservation, None] = {}  # insertion-ordered set
+        # their sum, kept as they come and go: asked twice a pickup, and a host of many slots
+        # would add them all up each time (exact integers: no drift)
+        self._memory = self._nano_cpus = 0
 
     @property
     def total(self) -> JobSize:
@@ -103,6 +106,8 @@ class HostBudget:
             return None
         reservation = Reservation(job_id, project_id, size.memory, _nano(size.cpus))
         self._held[reservation] = None
+        self._memory += reservation.memory
+        self._nano_cpus += reservation.nano_cpus
         return reservation
 
     def release(self, reservation: Reservation) -> bool:
@@ -110,10 +115,12 @@ class HostBudget:
         if reservation not in self._held:
             return False
         del self._held[reservation]
+        self._memory -= reservation.memory
+        self._nano_cpus -= reservation.nano_cpus
         return True
 
     def used(self) -> JobSize:
-        return _sum(self._held)
+        return _size(self._memory, self._nano_cpus)
 
     def project_used(self, project_id: str) -> JobSize:
         return _sum(r for r in self._held if r.project_id == project_id)

@@ -203,6 +203,10 @@ def test_random_reserves_and_releases_keep_every_bound(ops: list[tuple[Any, ...]
             live.append((granted, mb, milli, project))
         used = b.used()
         assert used.memory <= b.memory and used.cpus <= b.cpus
+        # the sum kept as reservations come and go is the held ones' sum, exactly
+        assert used == JobSize(
+            sum(r[1] for r in live) * 1024**2, sum(r[2] for r in live) * 1_000_000 / 1e9
+        )
         assert b.running() == [r[0].job_id for r in live]
     for r in live:
         b.release(r[0])
