@@ -233,17 +233,25 @@ async def test_a_run_that_exited_returns_before_its_container_is_removed(
 
 
 async def test_a_client_closed_meanwhile_still_removes_the_exited_container(
-    docker, docker_host, tmp_path, host_label
+    docker, docker_host, tmp_path, host_label, monkeypatch
 ):
     """The removal goes on after the run's result; closing the client waits for it rather
     than cut it off mid-call (held open with an event)."""
     client = DockerClient(docker_host)
     removing = hold_removals(client)
+    http_closed = asyncio.Event()
+    close_http = client._http.aclose
+
+    async def recorded_close() -> None:
+        http_closed.set()
+        await close_http()
+
+    monkeypatch.setattr(client._http, "aclose", recorded_close)
     result = await DockerRunner(SETTINGS, client).run(make_ctx(tmp_path, host_label, ["true"]))
     assert result.exit_code == 0
     closing = asyncio.ensure_future(client.aclose())
-    await asyncio.sleep(0)
-    assert not closing.done()
+    await asyncio.sleep(0)  # its first step: a close that did not wait has closed the session
+    assert not http_closed.is_set() and not closing.done()
     removing.set()
     await asyncio.wait_for(closing, 30)
     assert await _leftovers(docker, host_label) == []
