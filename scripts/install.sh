@@ -12,6 +12,7 @@ if [ ! -x .venv/bin/dispatch ]; then
     [ -x .venv/bin/pip ] || make_venv
     .venv/bin/pip install -q -e .
 fi
+venv_note
 if [ "${DISPATCH_RUNNER:-docker}" = docker ] && [ "$(id -u)" = 0 ]; then
     bash scripts/docker-up.sh
 fi

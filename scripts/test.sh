@@ -17,6 +17,7 @@ command -v chromium >/dev/null || apt_install chromium
 command -v systemd-analyze >/dev/null || apt_install systemd  # verifies the rendered units
 
 [ -x .venv/bin/pip ] || make_venv
+venv_note
 if ! .venv/bin/python -c "import dispatch, pytest, hypothesis, xdist, mkdocs, material, prometheus_client, textual, starlette, uvicorn, playwright, cron_descriptor" 2>/dev/null \
     || [ pyproject.toml -nt .venv/.installed ]; then
     .venv/bin/pip install -q --upgrade pip

@@ -60,3 +60,34 @@ def test_dispatch_python_names_the_interpreter(tmp_path: Path) -> None:
     wrapper.chmod(0o755)
     make_venv(tmp_path / "install", DISPATCH_PYTHON=str(wrapper))
     assert "-m venv .venv" in seen.read_text().splitlines()
+
+
+def venv_note(cwd: Path, home: str, **env: str) -> str:
+    """What venv_note says in `cwd`, whose .venv was made on the python3 in `home`."""
+    (cwd / ".venv").mkdir(parents=True)
+    (cwd / ".venv" / "pyvenv.cfg").write_text(
+        f"home = {home}\ninclude-system-site-packages = false\n"
+    )
+    said = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; . {ROOT}/scripts/lib.sh && venv_note && echo done"],
+        cwd=cwd,
+        env={**{k: v for k, v in os.environ.items() if k != "DISPATCH_PYTHON"}, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert said.stdout == "done\n"  # a note never fails the script that asks for it
+    return said.stderr
+
+
+@pytest.mark.skipif(not debian_python_311(), reason="no Debian python3 of 3.11 or newer")
+def test_a_venv_kept_on_another_python3_is_named_with_how_to_remake_it(tmp_path: Path) -> None:
+    said = venv_note(tmp_path / "pyenv", "/opt/pyenv/versions/3.11.7/bin")
+    assert said.startswith("note: .venv runs on /opt/pyenv/versions/3.11.7/bin/python3;")
+    assert "remove .venv" in said and said.count("\n") == 1
+    assert venv_note(tmp_path / "debian", "/usr/bin") == ""
+    assert (
+        venv_note(tmp_path / "chosen", "/opt/other/bin", DISPATCH_PYTHON="/opt/other/bin/python3")
+        == ""
+    )
