@@ -5,9 +5,12 @@ once, with the daemon alive. Real redis-server behind `RedisProxy`, a real daemo
 `bench/support/ahead_worker.py`, the worker that claims ahead whatever its runs take (a
 process run here outlasts the 25 ms under which a host claims ahead).
 
-Timing, not sleeps for a state: a claim waits HOLD (2 s) at most; runs take RUN_S (0.6 s) on 2
-slots, so of the 8 claims waiting when the fault begins, some are still waiting 2 s later, and
-the fault (3 s) is on when their hand-back goes."""
+Timing, not sleeps for a state: a claim waits HOLD (2 s) at most. The host claims ahead once its
+first run ends; the two jobs that then take its 2 slots run LONG_S (5 s), so no slot frees while
+the fault (3 s, begun once a claim is seen waiting) is on, and every claim waiting then is
+handed back, in vain, before it ends. The others run RUN_S (0.6 s). Claims were seen waiting
+before the fault with a short run in each slot, and the fault then missed the hand-back once
+in CI: runs ending during it let the waiting claims begin."""
 
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 JOBS = 24
 RUN_S = 0.6
+LONG = ("a0002", "a0003")  # the first claimed once the host claims ahead: they hold both slots
+LONG_S = 5.0
 HOLD = "2"
 FAULT_S = 3.0
 AHEAD_WORKER = (sys.executable, "-m", "bench.support.ahead_worker")
@@ -60,7 +65,7 @@ async def test_waiting_claims_ride_out_redis_faults_with_every_job_run_once(
     queue = Queue(redis, "jobs", prefix)
     ids = [f"a{i:04d}" for i in range(JOBS)]
     await queue.enqueue(
-        [NewJob(i, encode_job(Job(id=i, command=["sleep", str(RUN_S)]))) for i in ids]
+        [NewJob(i, encode_job(Job(id=i, command=["sleep", str(_run_s(i))]))) for i in ids]
     )
     error = ERROR_REPLIES["READONLY"] if mode == "error" else b""
     with daemon(env, program=AHEAD_WORKER) as proc:
@@ -78,6 +83,10 @@ async def test_waiting_claims_ride_out_redis_faults_with_every_job_run_once(
     assert "hand_back" in met  # the fault did meet a hand-back of waiting claims
     assert [e for e in logged if e.get("event") == "waiting_claims_handed_back"]
     assert not [e for e in logged if e.get("event") in ("task_failed", "job_crashed")]
+
+
+def _run_s(job_id: str) -> float:
+    return LONG_S if job_id in LONG else RUN_S
 
 
 async def _done_at_least(redis: Redis, queue: Queue, n: int) -> bool:
