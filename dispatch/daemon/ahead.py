@@ -63,7 +63,7 @@ class Ahead:
             stale.append(self.waiting.popleft()[0])
         if stale:
             self.capacity.cool()
-            self._return(stale)
+            self.give_back(stale)
         if self.waiting:
             left = self.waiting[0][2] + self.hold_s - now
             self._timer = asyncio.get_running_loop().call_later(left, self.expire)
@@ -76,11 +76,12 @@ class Ahead:
         claims = [claim for claim, _, _ in self.waiting]
         self.waiting.clear()
         if claims:
-            self._return(claims)
+            self.give_back(claims)
         if self.returning:
             await asyncio.wait(set(self.returning))
 
-    def _return(self, claims: list[Claim]) -> None:
+    def give_back(self, claims: list[Claim]) -> None:
+        """Back to their queues, in the background; their room comes back once they are."""
         task = asyncio.get_running_loop().create_task(self._hand_back(claims))
         self.returning.add(task)
         task.add_done_callback(self.returning.discard)

@@ -422,10 +422,12 @@ class Worker:
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, claim: Claim, sent: float) -> None:
-        if len(self.running) >= self.capacity.slots:  # claimed ahead: waits for a run to end
-            self.ahead.hold(claim, sent)
-        else:
+        if len(self.running) < self.capacity.slots:
             self._begin(claim, sent)
+        elif self.capacity.ahead:  # claimed ahead: waits for a run to end
+            self.ahead.hold(claim, sent)
+        else:  # reserved before the host stopped claiming ahead (or lost slots): not its now
+            self.ahead.give_back([claim])
 
     def _begin_waiting(self) -> None:
         """Claims that wait for a slot begin while there is one (none once draining)."""

@@ -190,7 +190,7 @@ async def test_the_metrics_show_the_claims_held_waiting_and_handed_back(
         await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
         await eventually(lambda: _true(value("dispatch_claims_waiting") == 0))
         # An idle claim reserved while the host still claimed ahead may take them once more
-        # and hand them back in turn (the next test holds that open): the counter says every
+        # and give them back at once (the next test holds that open): the counter says every
         # hand-back the log does.
         handed = handed_back(logged)
         assert len(handed) >= 2 and set(handed) == {"j1", "j2"}
@@ -198,7 +198,7 @@ async def test_the_metrics_show_the_claims_held_waiting_and_handed_back(
         assert value("dispatch_claims_limit") == 1
 
 
-async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_hands_back_again(
+async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_goes_back_at_once(
     redis_url: str,
     prefix: str,
     tmp_path: Path,
@@ -206,9 +206,10 @@ async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_hands_back
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The host stops claiming ahead while a claim call it reserved room for is still to be
-    sent (held open with an event): that call takes the claims just handed back, which wait
-    for the one busy slot, and go back again; nothing runs but the first job, nothing is
-    spent, and the host holds no more than it runs once they are back."""
+    sent (held open with an event): that call takes the claims just handed back, and with
+    its one slot busy and no claiming ahead, they go back at once, not after a hold (60 s
+    here); nothing runs but the first job, nothing is spent, and the host holds no more than
+    it runs."""
     metrics = Metrics("h", "0")
     value = metrics.registry.get_sample_value
     async with small_host(redis_url, prefix, tmp_path, slots=1, metrics=metrics) as host:
@@ -230,6 +231,7 @@ async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_hands_back
         host.worker.ahead.hold_s = 0.0
         host.worker.ahead.expire()
         await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
+        host.worker.ahead.hold_s = 60.0  # a claim that waited now would wait the test out
         send.set()  # the reserved call goes now, and takes both again
         await eventually(lambda: _true(len(handed_back(logged)) == 4))
         await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
