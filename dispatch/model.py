@@ -152,7 +152,7 @@ class Job(
         return {k: v for k, v in self.env.items() if isinstance(v, SecretRef)}
 
     def has_secret_refs(self) -> bool:
-        """Whether any env value is given by reference. Asked three times a pickup, so the
+        """Whether any env value is given by reference. Asked several times a pickup, so the
         types are compared in C, no dict built (a value decodes as exactly str or SecretRef)."""
         return bool(self.env) and SecretRef in map(type, self.env.values())
 

@@ -14,6 +14,11 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# debian_python: whether Debian's python3 is there and 3.11 or newer (the one make_venv prefers)
+debian_python() {
+    /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
+}
+
 # make_venv: .venv with pip, on $DISPATCH_PYTHON, else on Debian's python3 when it is 3.11 or
 # newer, else on the python3 first on PATH. Debian builds its interpreter with profile-guided and
 # link-time optimization: the daemon's pickup costs 12% less CPU on it than on a plain source
@@ -22,8 +27,7 @@ apt_install() {
 # half-way, leaving a .venv with no pip, so callers test for .venv/bin/pip.
 make_venv() {
     local py=${DISPATCH_PYTHON:-/usr/bin/python3}
-    if [ -z "${DISPATCH_PYTHON:-}" ] \
-        && ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    if [ -z "${DISPATCH_PYTHON:-}" ] && ! debian_python; then
         command -v python3 >/dev/null || apt_install python3
         py=python3
     fi
@@ -34,8 +38,7 @@ make_venv() {
 # venv_note: a .venv that exists is kept, even one made on another python3 (before make_venv
 # preferred Debian's): say what remaking it would bring, and how. Silent under DISPATCH_PYTHON.
 venv_note() {
-    [ -z "${DISPATCH_PYTHON:-}" ] && [ -f .venv/pyvenv.cfg ] || return 0
-    /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || return 0
+    [ -z "${DISPATCH_PYTHON:-}" ] && [ -f .venv/pyvenv.cfg ] && debian_python || return 0
     local home
     home=$(sed -n 's/^home = //p' .venv/pyvenv.cfg)
     [ -n "$home" ] && [ "$(readlink -f "$home")" != /usr/bin ] || return 0
