@@ -14,9 +14,11 @@ in CI: runs ending during it let the waiting claims begin."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -24,11 +26,14 @@ import pytest
 from redis.asyncio import Redis
 
 from dispatch.model import Job, encode_job
-from dispatch.queue.transitions import NewJob, Queue
+from dispatch.queue.transitions import ClaimBatch, NewJob, Queue
+from tests.daemon.test_ahead import _text, enqueue, small_host, states
+from tests.faults.conftest import Events
 from tests.support.daemons import cli_env, daemon, log_path
 from tests.support.metrics import scrape_if_up
 from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_errors import ERROR_REPLIES
+from tests.support.redis_proxy import RedisProxy
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -91,3 +96,65 @@ def _run_s(job_id: str) -> float:
 
 async def _done_at_least(redis: Redis, queue: Queue, n: int) -> bool:
     return await redis.zcard(queue.keys.done) >= n
+
+
+async def test_a_late_claim_given_back_while_redis_answers_readonly_goes_back_once_it_answers(
+    redis: Redis,
+    prefix: str,
+    tmp_path: Path,
+    proxy: RedisProxy,
+    events: Events,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim call reserved while the host claimed ahead lands after it stopped, every slot
+    busy: its claims go back at once, and that hand-back meets READONLY (each call held open
+    with an event, the fault real). The lane is left unsure, and `recover` hands them back
+    once Redis answers: nothing but the first job runs, no attempt or stall is counted."""
+    async with small_host(proxy.url, prefix, tmp_path, slots=1) as host:
+        host.worker.ahead.hold_s = 60.0
+        ids = await enqueue(host.queue, 3)
+        await host.waiting(2)
+        lane = host.worker.lanes["jobs"]
+        real_claim, real_hand_back = lane.queue.claim, lane.queue.hand_back
+        reserved, send, handing, hand = (asyncio.Event() for _ in range(4))
+
+        async def held_claim(count: int, host_name: str, lock_ms: int) -> ClaimBatch:
+            reserved.set()
+            await send.wait()
+            return await real_claim(count, host_name, lock_ms)
+
+        async def held_hand_back(pairs: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
+            handing.set()
+            await hand.wait()
+            return await real_hand_back(pairs)
+
+        monkeypatch.setattr(lane.queue, "claim", held_claim)
+        lane.poke()
+        await asyncio.wait_for(reserved.wait(), 5)
+        host.worker.ahead.hold_s = 0.0
+        host.worker.ahead.expire()  # the first hand-back, Redis answering
+        await eventually(lambda: _in_wait(redis, host.queue, ["j1", "j2"]))
+        host.worker.ahead.hold_s = 60.0  # a claim that waited would wait the test out
+        monkeypatch.setattr(lane.queue, "hand_back", held_hand_back)
+        send.set()  # the late call takes j1 and j2 again, and gives them back at once
+        await asyncio.wait_for(handing.wait(), 5)
+        with proxy.fault("error", ERROR_REPLIES["READONLY"]):
+            hand.set()
+            await eventually(lambda: _true(_met(events, "hand_back")))
+        await eventually(lambda: _in_wait(redis, host.queue, ["j1", "j2"]), timeout=10)
+        assert events("lost_claims_handed_back")  # by recover, not by a hold's expiry
+        assert host.runner.ran == ["j0"]
+        assert await states(redis, host.queue, ids) == {"attempts": 0, "stalls": 0}
+
+
+async def _in_wait(redis: Redis, queue: Queue, expected: list[str]) -> bool:
+    found = await redis.lrange(queue.keys.wait, 0, -1)
+    return sorted(map(_text, found)) == expected
+
+
+async def _true(value: object) -> bool:
+    return bool(value)
+
+
+def _met(events: Events, during: str) -> list[dict[str, object]]:
+    return [e for e in events("redis_error") if e.get("during") == during]
