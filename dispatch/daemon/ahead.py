@@ -34,6 +34,7 @@ class Ahead:
         self.waiting: deque[tuple[Claim, float, float]] = deque()  # claim, its call's send, since
         self.returning: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
+        self._giving: list[Claim] | None = None  # given back, their hand-back not yet started
 
     def __len__(self) -> int:
         return len(self.waiting)
@@ -81,12 +82,19 @@ class Ahead:
             await asyncio.wait(set(self.returning))
 
     def give_back(self, claims: list[Claim]) -> None:
-        """Back to their queues, in the background; their room comes back once they are."""
-        task = asyncio.get_running_loop().create_task(self._hand_back(claims))
+        """Back to their queues, in the background; their room comes back once they are.
+        Claims given back in the same loop step (a late batch, one claim at a time) go in one
+        hand-back, not one each."""
+        if self._giving is not None:  # its hand-back has not started: they go with it
+            self._giving += claims
+            return
+        self._giving = list(claims)
+        task = asyncio.get_running_loop().create_task(self._hand_back_given())
         self.returning.add(task)
         task.add_done_callback(self.returning.discard)
 
-    async def _hand_back(self, claims: list[Claim]) -> None:
+    async def _hand_back_given(self) -> None:
+        claims, self._giving = self._giving or [], None
         try:
             await self.hand_back(claims)
         except Exception as exc:  # a bug: the hand-back handles Redis faults itself

@@ -208,8 +208,8 @@ async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_goes_back_
     """The host stops claiming ahead while a claim call it reserved room for is still to be
     sent (held open with an event): that call takes the claims just handed back, and with
     its one slot busy and no claiming ahead, they go back at once, not after a hold (60 s
-    here); nothing runs but the first job, nothing is spent, and the host holds no more than
-    it runs."""
+    here), both in one hand-back; nothing runs but the first job, nothing is spent, and the
+    host holds no more than it runs."""
     metrics = Metrics("h", "0")
     value = metrics.registry.get_sample_value
     async with small_host(redis_url, prefix, tmp_path, slots=1, metrics=metrics) as host:
@@ -235,6 +235,7 @@ async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_goes_back_
         send.set()  # the reserved call goes now, and takes both again
         await eventually(lambda: _true(len(handed_back(logged)) == 4))
         await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
+        assert hand_backs(logged) == [["j1", "j2"], ["j1", "j2"]]  # the late batch in one call
         assert value("dispatch_claims_handed_back_total", {"queue": "jobs"}) == 4
         assert value("dispatch_claims_waiting") == 0 and value("dispatch_claims_limit") == 1
         assert host.runner.ran == ["j0"]
@@ -243,8 +244,13 @@ async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_goes_back_
 
 def handed_back(logged: io.StringIO) -> list[str]:
     """Every job the log says went back unrun, once per hand-back."""
+    return [j for jobs in hand_backs(logged) for j in jobs]
+
+
+def hand_backs(logged: io.StringIO) -> list[list[str]]:
+    """The jobs of each hand-back the log names, in order, each sorted."""
     rows = [json.loads(line) for line in logged.getvalue().splitlines() if line.startswith("{")]
-    return [j for r in rows if r["event"] == "waiting_claims_handed_back" for j in r["jobs"]]
+    return [sorted(r["jobs"]) for r in rows if r["event"] == "waiting_claims_handed_back"]
 
 
 async def test_a_draining_host_hands_back_what_waits_and_runs_none_of_it(
