@@ -7,137 +7,22 @@ never a sleep."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
-from dispatch.clock import Clock, FakeClock
-from dispatch.daemon.capacity import AHEAD_AFTER, AHEAD_PER_SLOT
+from dispatch.clock import FakeClock
+from dispatch.daemon.capacity import AHEAD_PER_SLOT
 from dispatch.daemon.metrics import Metrics
-from dispatch.daemon.processor import Processor, ProcessorSettings
-from dispatch.daemon.worker import Worker
-from dispatch.model import Job, encode_job
-from dispatch.queue.connect import redis_client
 from dispatch.queue.faults import QueueFault
-from dispatch.queue.transitions import ClaimBatch, NewJob, Queue
-from dispatch.runners.base import IsLive, RunContext, RunResult
-from tests.daemon.test_worker import FAST, make_settings
+from dispatch.queue.transitions import ClaimBatch
 from tests.support.polling import eventually
+from tests.support.small_host import enqueue, equals, small_host, states, truthy
 
 pytestmark = pytest.mark.anyio
-
-
-class HeldRuns:
-    """Each run waits for `release` (or its abort); counts the runs under way at once."""
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.now = 0
-        self.most = 0
-        self.ran: list[str] = []
-
-    async def run(self, ctx: RunContext) -> RunResult:
-        self.now += 1
-        self.most = max(self.most, self.now)
-        self.ran.append(ctx.job.id)
-        aborted = asyncio.ensure_future(ctx.aborted.wait())
-        released = asyncio.ensure_future(self.release.wait())
-        try:
-            await asyncio.wait({aborted, released}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            aborted.cancel()
-            released.cancel()
-            self.now -= 1
-        stopped = not self.release.is_set()
-        return RunResult(started=True, exit_code=0, stopped=stopped, started_ms=1, ended_ms=2)
-
-    async def reap(self, host: str, is_live: IsLive) -> bool:
-        return True
-
-    async def settle(self) -> None:
-        pass
-
-    def running_as(self, job_id: str) -> str:
-        return ""
-
-    async def kill_again(self, job_id: str) -> None:
-        pass
-
-
-@dataclass
-class Host:
-    worker: Worker
-    runner: HeldRuns
-    queue: Queue
-    stop: asyncio.Event
-    task: asyncio.Task[None]
-
-    async def waiting(self, n: int) -> None:
-        """Until `n` claims wait for a slot."""
-        await eventually(lambda: _true(len(self.worker.ahead) == n))
-
-    async def in_wait(self) -> list[str]:
-        return [_text(i) for i in await self.queue.redis.lrange(self.queue.keys.wait, 0, -1)]
-
-
-async def _true(value: object) -> bool:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        value = await value
-    return bool(value)
-
-
-async def _eq(value: object, expected: object) -> bool:
-    return await value == expected  # type: ignore[misc]
-
-
-@contextlib.asynccontextmanager
-async def small_host(
-    redis_url: str,
-    prefix: str,
-    tmp_path: Path,
-    slots: int,
-    clock: Clock | None = None,
-    metrics: Metrics | None = None,
-) -> AsyncIterator[Host]:
-    settings = make_settings(redis_url, prefix, tmp_path, concurrency=slots)
-    redis = redis_client(settings.redis_url, socket_timeout=30)
-    runner = HeldRuns()
-    output = settings.state_dir / "output"
-    processor = Processor(ProcessorSettings(host=settings.host, output_dir=output), runner)
-    worker = Worker(settings, redis, processor, timing=FAST, clock=clock, metrics=metrics)
-    for _ in range(AHEAD_AFTER):  # a host whose runs have been fast
-        worker.capacity.ran(0.0)
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop))
-    try:
-        yield Host(worker, runner, Queue(redis, "jobs", prefix), stop, task)
-    finally:
-        runner.release.set()
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        await redis.aclose()
-
-
-async def enqueue(queue: Queue, n: int) -> list[str]:
-    ids = [f"j{i}" for i in range(n)]
-    await queue.enqueue([NewJob(i, encode_job(Job(id=i, command=["x"]))) for i in ids])
-    return ids
-
-
-async def states(redis: Redis, queue: Queue, ids: list[str]) -> dict[str, int]:
-    """How many attempts and stalls each job has counted."""
-    attempts = await redis.hmget(queue.keys.attempts, ids)
-    stalls = await redis.hmget(queue.keys.stalls, ids)
-    return {
-        "attempts": sum(int(a or 0) for a in attempts),
-        "stalls": sum(int(s or 0) for s in stalls),
-    }
 
 
 async def test_a_small_fast_host_claims_ahead_but_runs_only_its_slots(
@@ -151,7 +36,7 @@ async def test_a_small_fast_host_claims_ahead_but_runs_only_its_slots(
         await host.waiting(claims - 2)  # all claimed: two run, the others wait for a slot
         assert host.runner.now == 2 and await host.in_wait() == []
         host.runner.release.set()
-        await eventually(lambda: _eq(host.queue.redis.zcard(host.queue.keys.done), claims))
+        await eventually(lambda: equals(host.queue.redis.zcard(host.queue.keys.done), claims))
     assert host.runner.most == 2
     assert sorted(host.runner.ran) == sorted(ids)  # each once
 
@@ -163,14 +48,14 @@ async def test_a_claim_that_waits_in_vain_goes_back_with_nothing_spent(
     queue, no attempt or stall counted, and the host stops claiming ahead."""
     async with small_host(redis_url, prefix, tmp_path, slots=1) as host:
         ids = await enqueue(host.queue, 4)
-        await eventually(lambda: _eq(_sorted(host.in_wait()), ids[1:]))  # back to wait
+        await eventually(lambda: equals(_sorted(host.in_wait()), ids[1:]))  # back to wait
         assert host.runner.ran == ["j0"] and len(host.worker.ahead) == 0
         assert not host.worker.capacity.ahead
         assert await states(host.queue.redis, host.queue, ids[1:]) == {"attempts": 0, "stalls": 0}
         (running,) = host.worker.running.values()
         assert await host.queue.claims() == [(running.claim.id, running.claim.token)]
         host.runner.release.set()
-        await eventually(lambda: _true(len(host.runner.ran) == 4))
+        await eventually(lambda: truthy(len(host.runner.ran) == 4))
     assert host.runner.most == 1 and sorted(host.runner.ran) == ids
 
 
@@ -187,8 +72,8 @@ async def test_the_metrics_show_the_claims_held_waiting_and_handed_back(
         assert value("dispatch_claims_waiting") == 2 and value("dispatch_running_jobs") == 1
         host.worker.ahead.hold_s = 0.0
         host.worker.ahead.expire()  # both waited in vain: back to the queue, and no more ahead
-        await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
-        await eventually(lambda: _true(value("dispatch_claims_waiting") == 0))
+        await eventually(lambda: equals(_sorted(host.in_wait()), ["j1", "j2"]))
+        await eventually(lambda: truthy(value("dispatch_claims_waiting") == 0))
         # An idle claim reserved while the host still claimed ahead may take them once more
         # and give them back at once (the next test holds that open): the counter says every
         # hand-back the log does.
@@ -230,11 +115,11 @@ async def test_a_claim_reserved_while_ahead_that_lands_after_the_cool_goes_back_
         await asyncio.wait_for(reserved.wait(), 5)
         host.worker.ahead.hold_s = 0.0
         host.worker.ahead.expire()
-        await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
+        await eventually(lambda: equals(_sorted(host.in_wait()), ["j1", "j2"]))
         host.worker.ahead.hold_s = 60.0  # a claim that waited now would wait the test out
         send.set()  # the reserved call goes now, and takes both again
-        await eventually(lambda: _true(len(handed_back(logged)) == 4))
-        await eventually(lambda: _eq(_sorted(host.in_wait()), ["j1", "j2"]))
+        await eventually(lambda: truthy(len(handed_back(logged)) == 4))
+        await eventually(lambda: equals(_sorted(host.in_wait()), ["j1", "j2"]))
         assert hand_backs(logged) == [["j1", "j2"], ["j1", "j2"]]  # the late batch in one call
         assert value("dispatch_claims_handed_back_total", {"queue": "jobs"}) == 4
         assert value("dispatch_claims_waiting") == 0 and value("dispatch_claims_limit") == 1
@@ -287,7 +172,7 @@ async def test_recover_leaves_waiting_claims_alone(
         await eventually(recovered)
         assert await host.in_wait() == [] and len(host.worker.ahead) == 2
         host.runner.release.set()
-        await eventually(lambda: _true(sorted(host.runner.ran) == ids))
+        await eventually(lambda: truthy(sorted(host.runner.ran) == ids))
     assert host.runner.most == 1
 
 
@@ -307,13 +192,13 @@ async def test_a_hand_back_redis_did_not_answer_is_left_to_recover(
         lane.queue.hand_back = cut_off  # type: ignore[method-assign]
         host.worker.ahead.hold_s = 0.0
         host.worker.ahead.expire()
-        await eventually(lambda: _true(lane.unsure))
+        await eventually(lambda: truthy(lane.unsure))
         assert await host.in_wait() == []  # still claimed: nobody here will run them
         lane.queue.hand_back = real  # type: ignore[method-assign]
         await host.worker._recover()
         assert sorted(await host.in_wait()) == sorted(set(ids) - {host.runner.ran[0]})
         host.runner.release.set()
-        await eventually(lambda: _true(sorted(host.runner.ran) == ids))
+        await eventually(lambda: truthy(sorted(host.runner.ran) == ids))
 
 
 async def test_a_waiting_claim_whose_lock_lapsed_never_runs(
@@ -336,13 +221,9 @@ async def test_a_waiting_claim_whose_lock_lapsed_never_runs(
         assert other.id == stale[0]
         clock.advance(host.worker.settings.lock_ms / 1000)  # as this host's clock sees it
         host.runner.release.set()
-        await eventually(lambda: _true(len(host.worker.ahead) == 0 and not host.worker.running))
+        await eventually(lambda: truthy(len(host.worker.ahead) == 0 and not host.worker.running))
         assert stale[0] not in host.runner.ran
         assert await queue.claims() == [(other.id, other.token)]  # the other host's, untouched
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _sorted(ids: Awaitable[list[str]]) -> list[str]:

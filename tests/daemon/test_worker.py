@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -22,10 +22,9 @@ from dispatch.queue.connect import redis_client
 from dispatch.queue.transitions import NewJob
 from dispatch.runners.process import ProcessRunner
 from tests.support.polling import eventually
+from tests.support.workers import FAST, make_settings
 
 pytestmark = pytest.mark.anyio
-
-FAST = Timing(heartbeat_s=0.5, block_s=1.0, idle_claim_s=2.0)
 
 
 @dataclass
@@ -50,22 +49,6 @@ class Daemon:
             return state if state in ("completed", "failed", "cancelled") else None
 
         return await eventually(finished, timeout)
-
-
-def make_settings(redis_url: str, prefix: str, tmp_path: Path, **overrides: object) -> Settings:
-    base = Settings(
-        redis_url=redis_url,
-        embedded=False,
-        prefix=prefix,
-        host="h1",
-        state_dir=tmp_path / "state",
-        lock_ms=3000,
-        stop_grace_s=1.0,
-        shutdown_grace_s=1.0,
-        renew_s=0.2,
-        sweep_s=0.3,
-    )
-    return replace(base, **overrides)  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager

@@ -27,7 +27,6 @@ from redis.asyncio import Redis
 
 from dispatch.model import Job, encode_job
 from dispatch.queue.transitions import ClaimBatch, NewJob, Queue
-from tests.daemon.test_ahead import _text, enqueue, small_host, states
 from tests.faults.conftest import Events
 from tests.support.daemons import cli_env, daemon, log_path
 from tests.support.metrics import scrape_if_up
@@ -35,6 +34,7 @@ from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_errors import ERROR_REPLIES
 from tests.support.redis_proxy import RedisProxy
 from tests.support.redis_server import free_port
+from tests.support.small_host import enqueue, small_host, states, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -140,7 +140,7 @@ async def test_a_late_claim_given_back_while_redis_answers_readonly_goes_back_on
         await asyncio.wait_for(handing.wait(), 5)
         with proxy.fault("error", ERROR_REPLIES["READONLY"]):
             hand.set()
-            await eventually(lambda: _true(_met(events, "hand_back")))
+            await eventually(lambda: truthy(_met(events, "hand_back")))
         await eventually(lambda: _in_wait(redis, host.queue, ["j1", "j2"]), timeout=10)
         assert events("lost_claims_handed_back")  # by recover, not by a hold's expiry
         assert host.runner.ran == ["j0"]
@@ -149,10 +149,10 @@ async def test_a_late_claim_given_back_while_redis_answers_readonly_goes_back_on
 
 async def _in_wait(redis: Redis, queue: Queue, expected: list[str]) -> bool:
     found = await redis.lrange(queue.keys.wait, 0, -1)
-    return sorted(map(_text, found)) == expected
+    return sorted(map(text, found)) == expected
 
 
-async def _true(value: object) -> bool:
+async def truthy(value: object) -> bool:
     return bool(value)
 
 
