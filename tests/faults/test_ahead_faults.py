@@ -34,7 +34,7 @@ from tests.support.polling import eventually, eventually_sync
 from tests.support.redis_errors import ERROR_REPLIES
 from tests.support.redis_proxy import RedisProxy
 from tests.support.redis_server import free_port
-from tests.support.small_host import enqueue, small_host, states, text
+from tests.support.small_host import enqueue, small_host, states, text, truthy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -150,10 +150,6 @@ async def test_a_late_claim_given_back_while_redis_answers_readonly_goes_back_on
 async def _in_wait(redis: Redis, queue: Queue, expected: list[str]) -> bool:
     found = await redis.lrange(queue.keys.wait, 0, -1)
     return sorted(map(text, found)) == expected
-
-
-async def truthy(value: object) -> bool:
-    return bool(value)
 
 
 def _met(events: Events, during: str) -> list[dict[str, object]]:
