@@ -15,6 +15,7 @@ command -v tmux >/dev/null || apt_install tmux  # tests/e2e/test_top_tmux.py run
 # build can be downloaded, so Playwright launches this one by its path
 command -v chromium >/dev/null || apt_install chromium
 command -v systemd-analyze >/dev/null || apt_install systemd  # verifies the rendered units
+command -v valgrind >/dev/null || apt_install valgrind  # bench.instructions counts a job's instructions
 
 [ -x .venv/bin/pip ] || make_venv
 venv_note
