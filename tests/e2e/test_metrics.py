@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.support.daemons import cli_env, daemon, dispatch, wait_state
 from tests.support.metrics import scrape, scrape_if_up
-from tests.support.polling import eventually_sync
+from tests.support.polling import clear_of_midnight, eventually_sync
 from tests.support.redis_server import free_port
 
 DAY_RUNS = (("ledger", "the whole fleet"), ("metric", "runs"), ("window", "day"))
@@ -31,6 +31,7 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     (config / "scoped-limits.json").write_text(json.dumps(limits))
     hourly = {"id": "hourly", "cron": "0 * * * *", "job": {"command": ["true"]}}
     (config / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [hourly]}))
+    clear_of_midnight(60)  # its two runs counted in one day window
     with daemon(env):
         ok = dispatch(env, "submit", "--", "true").stdout.strip()
         bad = dispatch(env, "submit", "--attempts", "1", "--", "sh", "-c", "exit 3").stdout.strip()

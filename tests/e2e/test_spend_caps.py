@@ -16,12 +16,13 @@ from dispatch.model import Job
 from dispatch.queue.connect import redis_client
 from dispatch.reasons import DOLLAR_CAP, OVER_BUDGET, SCOPE_CAP
 from tests.support.daemons import cli_env, daemon, daemon_log, dispatch, dispatch_json
-from tests.support.polling import eventually_sync
+from tests.support.polling import DAY_S, clear_of_midnight, eventually_sync
 
 HOSTS = ("h1", "h2", "h3")
 
 
 def fleet(redis_url: str, prefix: str, tmp_path: Path, limits: list[dict[str, Any]]) -> list[dict]:
+    clear_of_midnight(180)  # each test's day window must be one day, start to end
     config = tmp_path / "config"
     config.mkdir()
     (config / "scoped-limits.json").write_text(json.dumps({"version": 1, "limits": limits}))
@@ -146,3 +147,10 @@ async def _document(redis_url: str, prefix: str, job_id: str) -> dict[str, Any]:
         raw = await client.redis.hget(client.queue("jobs").keys.data, job_id)
     assert raw is not None
     return json.loads(raw)
+
+
+def test_a_test_near_midnight_waits_until_the_day_has_turned() -> None:
+    instants = iter([DAY_S * 3 - 20, DAY_S * 3 - 10, DAY_S * 3 + 1])
+    clear_of_midnight(60, now=lambda: next(instants))
+    assert next(instants, None) is None  # asked until the day turned, and no longer
+    clear_of_midnight(60, now=lambda: DAY_S * 3 + 61)  # far enough off: at once

@@ -30,6 +30,7 @@ from dispatch.web import run_history, spend_history
 from dispatch.web.charts import PLOT_H, TOP
 from dispatch.web.listing import BadQuery
 from dispatch.web.run_history import DAY_MS, SPANS, Waits
+from tests.support.polling import clear_of_midnight
 
 pytestmark = pytest.mark.anyio
 EVIL = "<script>window.__pwned=1</script>"
@@ -191,6 +192,7 @@ LIMITS = [
 async def spent(redis: Redis, prefix: str, settings: Settings) -> None:
     """Runs on acme/web charged through the real reserve and settle, 20 and 2 days ago and
     today ($1.50, $3, $2), and one running now with its $4 cap reserved."""
+    clear_of_midnight(30)  # written and read back in the same day window
     (settings.config_dir / "scoped-limits.json").write_text(
         json.dumps({"version": 1, "limits": LIMITS})
     )
