@@ -27,7 +27,6 @@ import asyncio
 import multiprocessing as mp
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from multiprocessing import spawn
@@ -35,12 +34,10 @@ from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
-import uvloop
 from redis.asyncio import Redis
 
 from bench.queue import DaemonSpec, Fleet, daemon_main, drained, enqueue, plain_jobs
-from bench.support.output import print_figures
-from bench.support.redis import redis_server
+from bench.support.entry import run_and_print
 from dispatch.queue import keys
 from dispatch.queue.transitions import Queue
 
@@ -181,10 +178,7 @@ def _counts(p: argparse.ArgumentParser, flag: str, text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
-    with redis_server() as url, tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp:
-        out = uvloop.run(measure(url, Path(tmp), args))
-    print_figures(out, args.json)
+    run_and_print(measure, parse(argv), "instr")
 
 
 if __name__ == "__main__":

@@ -17,17 +17,13 @@ costs a pickup. The runner's own no-op is included. `--env N` gives each job N e
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.queue import NoopRunner
-from bench.support.output import print_figures
-from bench.support.redis import redis_server
+from bench.support.entry import run_and_print
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
 from dispatch.config.watcher import ConfigFiles
@@ -137,10 +133,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse(argv)
-    with redis_server() as url, tempfile.TemporaryDirectory(prefix="bench-pickup-") as tmp:
-        out = uvloop.run(measure(url, Path(tmp), args))
-    print_figures(out, args.json)
+    run_and_print(measure, parse(argv), "pickup")
 
 
 if __name__ == "__main__":
