@@ -29,9 +29,10 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     config.mkdir(parents=True)
     limits = {"version": 1, "limits": [{"scope": "*", "day": 100}]}
     (config / "scoped-limits.json").write_text(json.dumps(limits))
-    hourly = {"id": "hourly", "cron": "0 * * * *", "job": {"command": ["true"]}}
-    (config / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [hourly]}))
-    clear_of_midnight(60)  # its two runs counted in one day window
+    # at midnight: clear_of_midnight below keeps it from coming due while the test counts jobs
+    nightly = {"id": "nightly", "cron": "0 0 * * *", "job": {"command": ["true"]}}
+    (config / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [nightly]}))
+    clear_of_midnight(60)  # its two runs counted in one day window, the trigger not yet due
     with daemon(env):
         ok = dispatch(env, "submit", "--", "true").stdout.strip()
         bad = dispatch(env, "submit", "--attempts", "1", "--", "sh", "-c", "exit 3").stdout.strip()
@@ -65,9 +66,9 @@ def test_a_daemon_serves_its_metrics_and_the_fleets(
     assert found[("dispatch_build_info", (("host", "m1"), ("version", found_version(found))))] == 1
     assert found[("dispatch_live_hosts", ())] == 1
     assert found[("dispatch_waiting_jobs", (("reason", "scheduled"),))] == 2
-    next_at = found[("dispatch_trigger_next_timestamp_seconds", (("trigger", "hourly"),))]
-    assert 0 < next_at - time.time() <= 3600
-    assert found[("dispatch_trigger_overdue", (("trigger", "hourly"),))] == 0
+    next_at = found[("dispatch_trigger_next_timestamp_seconds", (("trigger", "nightly"),))]
+    assert 0 < next_at - time.time() <= 86_400
+    assert found[("dispatch_trigger_overdue", (("trigger", "nightly"),))] == 0
     assert ("dispatch_event_loop_lag_seconds", ()) in found
     assert found[("dispatch_spend_cap", DAY_RUNS)] == 100  # both runs started: both charged
     assert found[("dispatch_spend_in_flight", DAY_RUNS)] == 0
