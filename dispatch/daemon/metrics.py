@@ -144,7 +144,7 @@ class Metrics:
 
     async def _triggers(
         self, redis: Redis, prefix: str, current: ConfigSnapshot, now_ms: int
-    ) -> None:
+    ) -> list[dict[str, Any]]:
         """Each trigger's next instant and its last minted occurrence's (triggers.json's)."""
         from dispatch.triggers import control
         from dispatch.triggers.spec import compile_all
@@ -152,8 +152,7 @@ class Metrics:
 
         if self._compiled[0] is not current.triggers:
             self._compiled = (current.triggers, compile_all(current.triggers))
-        found = await control.rows(TriggerStore(redis, prefix), self._compiled[1], now_ms)
-        self.fleet.triggers(found)
+        return await control.rows(TriggerStore(redis, prefix), self._compiled[1], now_ms)
 
     def count_events(self, name: str, fields: dict[str, Any]) -> None:
         """A log listener: an error event counts under its kind, a lease's under its name."""
@@ -190,18 +189,24 @@ class Metrics:
         config: Callable[[], ConfigSnapshot] | None = None,
     ) -> None:
         """Take or keep the metrics lease; while held, the fleet gauges from a snapshot, and
-        the spend ledgers of scoped-limits.json (`config`) as `dispatch budget` reads them."""
+        the spend ledgers of scoped-limits.json (`config`) as `dispatch budget` reads them.
+
+        Every read comes before any gauge changes: a scrape (on the server's thread) sees the
+        last round or this one, never a round's gauges cleared while Redis is still asked."""
         try:
             leads = await _hold(redis, f"{prefix}:metrics:leader", holder)
             self.leader.set(1 if leads else 0)
             if leads:
                 found = await snapshot(redis, prefix)
-                self.fleet.show(found)
+                spent, triggers = None, None
                 if config is not None and not found.error:
                     current = config()
                     spent = await lines(redis, prefix, current.limits, current.overlay, found.at_ms)
+                    triggers = await self._triggers(redis, prefix, current, found.at_ms)
+                self.fleet.show(found)
+                if spent is not None and triggers is not None:
                     self.fleet.spend(spent)
-                    await self._triggers(redis, prefix, current, found.at_ms)
+                    self.fleet.triggers(triggers)
             else:
                 self.fleet.clear()
         except Exception:  # Redis away: say nothing of the fleet rather than something stale

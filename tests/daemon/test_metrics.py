@@ -1,15 +1,21 @@
 """The daemon's metrics counted from the log's events: errors by kind, and per fleet lease the
 acquires found full (the job waits) and the grants that failed open, as the gates log them on a
-real Redis (and on none, for the grant that fails open)."""
+real Redis (and on none, for the grant that fails open); and the leader's fleet gauges as a
+scrape finds them while the leader is still asking Redis."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from dispatch.config.schemas import ConfigSnapshot, Endpoint
+from dispatch.config.watcher import load_once
+from dispatch.daemon import metrics as metrics_module
 from dispatch.daemon.metrics import Metrics
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
@@ -17,6 +23,7 @@ from dispatch.gates.base import ADMIT, Defer
 from dispatch.gates.endpoints import EndpointGate
 from dispatch.log import event, log
 from dispatch.model import Job
+from dispatch.spend.standing import lines
 from tests.support.pickups import pickup_of
 from tests.support.redis_server import free_port
 
@@ -106,3 +113,39 @@ def test_an_overdue_trigger_is_one_the_others_zero_and_a_gone_one_is_dropped(
     assert count(metrics, "dispatch_trigger_next_timestamp_seconds", trigger="hourly") is None
     metrics.fleet.triggers(rows[1:])  # nightly left the file
     assert count(metrics, "dispatch_trigger_overdue", trigger="nightly") is None
+
+
+async def test_a_scrape_while_the_leader_asks_redis_finds_the_last_round_whole(
+    metrics: Metrics, redis: Redis, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "scoped-limits.json").write_text(
+        json.dumps({"version": 1, "limits": [{"scope": "*", "day": 5}]})
+    )
+    nightly = {"id": "nightly", "cron": "0 0 * * *", "job": {"command": ["true"]}}
+    (tmp_path / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [nightly]}))
+    current = load_once(tmp_path)
+    runs_cap = {"ledger": "the whole fleet", "metric": "runs", "window": "day"}
+
+    def whole() -> bool:
+        return (
+            metrics.registry.get_sample_value("dispatch_spend_cap", runs_cap) == 5
+            and count(metrics, "dispatch_trigger_next_timestamp_seconds", trigger="nightly")
+            is not None
+        )
+
+    await metrics.fleet_step(redis, prefix, "h1", lambda: current)
+    assert whole()
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: object) -> object:  # the spend read's round trip, held open
+        asked.set()
+        await answer.wait()
+        return await lines(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metrics_module, "lines", held)
+    step = asyncio.create_task(metrics.fleet_step(redis, prefix, "h1", lambda: current))
+    await asyncio.wait_for(asked.wait(), 10)
+    assert whole()  # what a scrape reads now: the last round, not a half-cleared one
+    answer.set()
+    await step
+    assert whole()
