@@ -1,4 +1,4 @@
-"""Start latency on an idle daemon: from `Client.submit` returning to the job's first instruction.
+"""Start latency on an idle daemon: from `Client.submit` to the job's first instruction.
 
     python -m bench.latency [--jobs 200] [--runner process|docker|both] [--json] [--keep]
                             [--image dispatch-test:latest]
@@ -8,9 +8,12 @@ For each runner the bench starts its own redis-server and one daemon as an opera
 DISPATCH_RUNNER set; the docker daemon on a job network of the bench's own behind its egress
 proxy, `dispatch-bench-<pid>`, removed at the end). A few untimed jobs first (the daemon's
 boot, the engine's caches), then `--jobs` jobs one after another: submit one
-(`dispatch.client.Client.submit`, its return timed with `time.time_ns()`), poll until it has
-ended, read its output, next. The daemon is idle at every submit: blocked on its queue's
-marker (BZPOPMIN), nothing else in flight.
+(`dispatch.client.Client.submit`, timed with `time.time_ns()` from the call), poll until it
+has ended, read its output, next. Timed from the call, the figure includes the submit's own
+round trip (`stage_submit_ms`): timed from its return, it read below zero on a loaded machine,
+where the daemon could claim and start the job before the bench was scheduled to read the
+clock. The daemon is idle at every submit: blocked on its queue's marker (BZPOPMIN), nothing
+else in flight.
 
 The first instruction stamps itself: the job's command is busybox's `adjtimex`, a static
 binary that makes one adjtimex(2) call and prints the kernel's CLOCK_REALTIME from it (ns, as
@@ -21,8 +24,9 @@ What is measured therefore includes the exec of the job's program but nothing of
 start-up beyond that (a Python job's import time is the job's, not the daemon's).
 
 Stages, from the run record's `admitted_at` (whole milliseconds, so each stage is off by up to
-1 ms and `pickup` can read a little below 0): `pickup` submit -> admitted (the marker's
-wake-up, the claim, the gates), `run` admitted -> first instruction (the runner's work).
+1 ms and `pickup` can read a little below 0): `submit` the call's own round trip, `pickup`
+submit called -> admitted (the marker's wake-up, the claim, the gates), `run` admitted -> first
+instruction (the runner's work).
 
 The bench polls for each job's end every 50 ms only: polling every few ms loaded the 2-core
 machine enough to add ~25 ms to the docker runner's start, which the bare column never paid.
@@ -107,9 +111,10 @@ def _ms(iso: str | None) -> int | None:
 
 @dataclass
 class Sample:
-    total_ms: float  # submit returned -> first instruction
-    pickup_ms: float | None  # submit returned -> admitted
+    total_ms: float  # submit called -> first instruction
+    pickup_ms: float | None  # submit called -> admitted
     run_ms: float | None  # admitted -> first instruction
+    submit_ms: float | None = None  # submit called -> returned
 
 
 @dataclass
@@ -123,8 +128,9 @@ class Daemonised:
 
     async def one(self) -> Sample:
         job = Job(id=new_id(), image=self.image, command=self.command)
-        await self.client.submit(job)
         submitted_ns = time.time_ns()
+        await self.client.submit(job)
+        returned_ns = time.time_ns()
         view = await self._ended(job.id)
         (record,) = await self.client.records_of(view, last=1)
         if record.outcome != "completed":
@@ -134,7 +140,8 @@ class Daemonised:
         total = (started_ns - submitted_ns) / 1e6
         admitted = _ms(record.admitted_at)
         pickup = None if admitted is None else admitted - submitted_ns / 1e6
-        return Sample(total, pickup, None if pickup is None else total - pickup)
+        run = None if pickup is None else total - pickup
+        return Sample(total, pickup, run, (returned_ns - submitted_ns) / 1e6)
 
     async def _ended(self, job_id: str) -> JobView:
         deadline = time.monotonic() + JOB_DEADLINE_S
@@ -268,7 +275,7 @@ def figures(samples: dict[str, list[Sample]]) -> dict[str, Any]:
     for name, series in samples.items():
         out[name] = spread([s.total_ms for s in series])
     stages = samples["daemon"]
-    for stage in ("pickup_ms", "run_ms"):
+    for stage in ("submit_ms", "pickup_ms", "run_ms"):
         values = [v for s in stages if (v := getattr(s, stage)) is not None]
         if values:
             p = spread(values)
