@@ -33,7 +33,8 @@ async def test_a_few_jobs_on_the_process_runner() -> None:
     figures = await measure(parse(["--jobs", "3", "--runner", "process"]))
     run = figures["process"]
     assert run["jobs"] == 3 and 0 < run["daemon"]["p50"] <= run["daemon"]["max"]
-    assert "stage_run_ms" in run and 0 < run["stage_submit_ms"]["p50"] < run["daemon"]["p50"]
+    # the job may start before the submit's return is seen (a loaded machine): no order there
+    assert "stage_run_ms" in run and run["stage_submit_ms"]["p50"] > 0
 
 
 async def test_a_few_jobs_on_the_docker_runner_beside_the_bare_api(image: str) -> None:
