@@ -19,6 +19,7 @@ from dispatch.runners.docker import (
     ImageMissing,
 )
 from dispatch.runners.docker.client import MAX_API, negotiate
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -102,11 +103,16 @@ async def test_container_lifecycle(docker: DockerClient, image: str, host_label:
 
 
 async def test_stop_kills_after_the_grace(docker: DockerClient, image: str) -> None:
-    config = {"Image": image, "Cmd": ["sh", "-c", "trap '' TERM; sleep 60"]}
+    config = {"Image": image, "Cmd": ["sh", "-c", "trap '' TERM; echo trapped; sleep 60"]}
     cid = await docker.create_container(f"dispatch-client-{uuid.uuid4().hex[:10]}", config)
     try:
         waiter = await docker.wait(cid)
         await docker.start(cid)
+
+        async def trapped() -> bool:  # started is not yet trapped: a TERM before it ends sh
+            return b"trapped" in b"".join([c async for c in docker.logs(cid, follow=False)])
+
+        await eventually(trapped, timeout=10)
         assert await docker.stop(cid, grace_s=1) is True  # this stop ended it
         assert await waiter.result() == 137
         assert await docker.stop(cid, grace_s=1) is False  # already stopped: 304, not an error

@@ -97,9 +97,14 @@ async def test_container_is_hardened_and_labelled(runner, docker, tmp_path, host
 
 
 async def test_sigterm_ignored_is_killed_after_grace(runner, docker, tmp_path, host_label):
-    ctx = make_ctx(tmp_path, host_label, ["sh", "-c", "trap '' TERM; sleep 60"])
+    ctx = make_ctx(tmp_path, host_label, ["sh", "-c", "trap '' TERM; echo trapped; sleep 60"])
     task = asyncio.ensure_future(runner.run(ctx))
     await _until_running(docker, ctx)
+
+    async def trapped() -> bool:  # running is not yet trapped: a TERM before it ends sh (143)
+        return ctx.output_path.exists() and b"trapped" in ctx.output_path.read_bytes()
+
+    await eventually(trapped, timeout=10)
     began = time.monotonic()
     ctx.abort("job-timeout")
     result = await task
