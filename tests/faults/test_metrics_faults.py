@@ -1,0 +1,87 @@
+"""The metrics leader's fleet gauges when Redis fails under it, through a real proxy in front of
+a real redis-server: a refused or READONLY round leaves the gauges empty and the lead dropped,
+never half a round, and the next good round fills them again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from dispatch.config.schemas import ConfigSnapshot
+from dispatch.config.watcher import load_once
+from dispatch.daemon import metrics as metrics_module
+from dispatch.daemon.metrics import Metrics
+from dispatch.errors import RedisUnavailable
+from dispatch.spend.standing import lines
+from tests.support.redis_proxy import RedisProxy
+
+pytestmark = pytest.mark.anyio
+FAULTS = (RedisError, RedisUnavailable, OSError)
+RUNS_CAP = {"ledger": "the whole fleet", "metric": "runs", "window": "day"}
+
+
+def gauges(metrics: Metrics) -> tuple[float | None, float | None, float | None]:
+    """The leader flag, the fleet's runs cap and the trigger's next instant, as scraped."""
+    get = metrics.registry.get_sample_value
+    return (
+        get("dispatch_metrics_leader", {}),
+        get("dispatch_spend_cap", RUNS_CAP),
+        get("dispatch_trigger_next_timestamp_seconds", {"trigger": "nightly"}),
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> ConfigSnapshot:
+    (tmp_path / "scoped-limits.json").write_text(
+        json.dumps({"version": 1, "limits": [{"scope": "*", "day": 5}]})
+    )
+    nightly = {"id": "nightly", "cron": "0 0 * * *", "job": {"command": ["true"]}}
+    (tmp_path / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [nightly]}))
+    return load_once(tmp_path)
+
+
+async def test_a_readonly_round_empties_the_fleet_gauges_and_a_good_one_fills_them(
+    proxy: RedisProxy, proxied: Redis, prefix: str, config: ConfigSnapshot
+) -> None:
+    metrics = Metrics("h1", "0.0.test")
+    await metrics.fleet_step(proxied, prefix, "h1", lambda: config)
+    leader, cap, next_at = gauges(metrics)
+    assert (leader, cap) == (1, 5) and next_at is not None
+    with proxy.fault("error"), pytest.raises(FAULTS):
+        await metrics.fleet_step(proxied, prefix, "h1", lambda: config)
+    assert gauges(metrics) == (0, None, None)
+    await metrics.fleet_step(proxied, prefix, "h1", lambda: config)
+    assert gauges(metrics)[:2] == (1, 5)
+
+
+async def test_redis_gone_mid_round_shows_the_last_round_then_nothing(
+    proxy: RedisProxy,
+    proxied: Redis,
+    prefix: str,
+    config: ConfigSnapshot,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics = Metrics("h1", "0.0.test")
+    await metrics.fleet_step(proxied, prefix, "h1", lambda: config)
+    last = gauges(metrics)
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: object) -> object:  # the spend read, held open until Redis is gone
+        asked.set()
+        await answer.wait()
+        return await lines(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metrics_module, "lines", held)
+    step = asyncio.create_task(metrics.fleet_step(proxied, prefix, "h1", lambda: config))
+    await asyncio.wait_for(asked.wait(), 10)
+    assert gauges(metrics) == last  # the snapshot is read, the gauges not yet touched
+    with proxy.fault("refuse"):
+        answer.set()
+        with pytest.raises(FAULTS):
+            await step
+    assert gauges(metrics) == (0, None, None)  # nothing of the fleet rather than half of it
