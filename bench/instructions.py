@@ -27,10 +27,8 @@ import asyncio
 import multiprocessing as mp
 import shutil
 import sys
-import time
 import uuid
 from multiprocessing import spawn
-from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,6 @@ from redis.asyncio import Redis
 
 from bench.queue import DaemonSpec, Fleet, daemon_main, drained, enqueue, plain_jobs
 from bench.support.entry import run_and_print
-from dispatch.queue import keys
 from dispatch.queue.transitions import Queue
 
 SCALE = 100.0
@@ -92,34 +89,20 @@ async def one_run(url: str, tmp: Path, jobs: int, concurrency: int, gates: bool)
     """Run `jobs` no-op jobs through one daemon under the wrapper; its process id."""
     redis = Redis.from_url(url)
     prefix = f"instr{uuid.uuid4().hex[:8]}"
-    fleet = Fleet(url, prefix, 1, concurrency, tmp, gates)
-    target = spawn_target(fleet)
+    fleet = Fleet(url, prefix, 1, concurrency, tmp, gates, target=scaled_daemon_main)
+    queue = Queue(redis, "jobs", prefix)
     try:
-        target.start()
-        alive = keys.host_alive(fleet.specs[0].host, prefix)
-        deadline = time.monotonic() + START_S
-        while not await redis.exists(alive):
-            if time.monotonic() > deadline or not target.is_alive():
-                raise SystemExit(f"the daemon under valgrind did not start within {START_S:.0f} s")
-            await asyncio.sleep(0.2)
-        await enqueue(Queue(redis, "jobs", prefix), plain_jobs(jobs), 500)
-        await drained(Queue(redis, "jobs", prefix), timeout_s=START_S + jobs * 0.05)
+        await fleet.start(redis, settle_s=0, within_s=START_S)
+        await enqueue(queue, plain_jobs(jobs), 500)
+        await drained(queue, timeout_s=START_S + jobs * 0.05)
         [row] = await asyncio.get_running_loop().run_in_executor(None, fleet.stop)
     finally:
         await redis.aclose()
     if len(row["ids"]) != jobs:
         raise SystemExit(f"{len(row['ids'])} of {jobs} jobs ran")
-    assert target.pid is not None
-    return target.pid
-
-
-def spawn_target(fleet: Fleet) -> SpawnProcess:
-    """The fleet's one daemon process, running the scaled daemon instead."""
-    process = mp.get_context("spawn").Process(
-        target=scaled_daemon_main, args=(fleet.specs[0], fleet.stop_flag, fleet.out), daemon=True
-    )
-    fleet.procs = [process]
-    return process
+    [pid] = [p.pid for p in fleet.procs]
+    assert pid is not None
+    return pid
 
 
 async def per_job(

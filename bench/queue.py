@@ -193,6 +193,7 @@ class Fleet:
         tmp: Path,
         gates: bool,
         config_dir: Path | None = None,
+        target: Callable[[DaemonSpec, Any, Any], None] = daemon_main,
     ):
         ctx = mp.get_context("spawn")
         self.stop_flag, self.out = ctx.Event(), ctx.Queue()
@@ -209,18 +210,18 @@ class Fleet:
             for i in range(processes)
         ]
         self.procs = [
-            ctx.Process(target=daemon_main, args=(s, self.stop_flag, self.out), daemon=True)
+            ctx.Process(target=target, args=(s, self.stop_flag, self.out), daemon=True)
             for s in self.specs
         ]
 
-    async def start(self, redis: Redis, settle_s: float = 0.5) -> None:
+    async def start(self, redis: Redis, settle_s: float = 0.5, within_s: float = 30.0) -> None:
         for p in self.procs:
             p.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + within_s
         alive = [keys.host_alive(s.host, s.prefix) for s in self.specs]
         while await redis.exists(*alive) < len(alive):
-            if time.monotonic() > deadline:
-                raise SystemExit("the daemons did not start within 30 s")
+            if time.monotonic() > deadline or not all(p.is_alive() for p in self.procs):
+                raise SystemExit(f"the daemons did not start within {within_s:.0f} s")
             await asyncio.sleep(0.05)
         await asyncio.sleep(settle_s)  # let the first claim and stall sweep pass
 
