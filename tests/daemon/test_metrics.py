@@ -6,7 +6,6 @@ scrape finds them while the leader is still asking Redis."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,8 +13,6 @@ import pytest
 from redis.asyncio import Redis
 
 from dispatch.config.schemas import ConfigSnapshot, Endpoint
-from dispatch.config.watcher import load_once
-from dispatch.daemon import metrics as metrics_module
 from dispatch.daemon.metrics import Metrics
 from dispatch.fleet.leases import FleetLeases, LeaseSettings
 from dispatch.fleet.slots import Slots
@@ -23,7 +20,7 @@ from dispatch.gates.base import ADMIT, Defer
 from dispatch.gates.endpoints import EndpointGate
 from dispatch.log import event, log
 from dispatch.model import Job
-from dispatch.spend.standing import lines
+from tests.support.leader import RUNS_CAP, hold_spend_read, leader_config
 from tests.support.pickups import pickup_of
 from tests.support.redis_server import free_port
 
@@ -118,31 +115,18 @@ def test_an_overdue_trigger_is_one_the_others_zero_and_a_gone_one_is_dropped(
 async def test_a_scrape_while_the_leader_asks_redis_finds_the_last_round_whole(
     metrics: Metrics, redis: Redis, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "scoped-limits.json").write_text(
-        json.dumps({"version": 1, "limits": [{"scope": "*", "day": 5}]})
-    )
-    nightly = {"id": "nightly", "cron": "0 0 * * *", "job": {"command": ["true"]}}
-    (tmp_path / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [nightly]}))
-    current = load_once(tmp_path)
-    runs_cap = {"ledger": "the whole fleet", "metric": "runs", "window": "day"}
+    current = leader_config(tmp_path)
 
     def whole() -> bool:
         return (
-            metrics.registry.get_sample_value("dispatch_spend_cap", runs_cap) == 5
+            metrics.registry.get_sample_value("dispatch_spend_cap", RUNS_CAP) == 5
             and count(metrics, "dispatch_trigger_next_timestamp_seconds", trigger="nightly")
             is not None
         )
 
     await metrics.fleet_step(redis, prefix, "h1", lambda: current)
     assert whole()
-    asked, answer = asyncio.Event(), asyncio.Event()
-
-    async def held(*args: object) -> object:  # the spend read's round trip, held open
-        asked.set()
-        await answer.wait()
-        return await lines(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(metrics_module, "lines", held)
+    asked, answer = hold_spend_read(monkeypatch)
     step = asyncio.create_task(metrics.fleet_step(redis, prefix, "h1", lambda: current))
     await asyncio.wait_for(asked.wait(), 10)
     assert whole()  # what a scrape reads now: the last round, not a half-cleared one

@@ -5,7 +5,6 @@ never half a round, and the next good round fills them again."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
@@ -13,16 +12,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from dispatch.config.schemas import ConfigSnapshot
-from dispatch.config.watcher import load_once
-from dispatch.daemon import metrics as metrics_module
 from dispatch.daemon.metrics import Metrics
 from dispatch.errors import RedisUnavailable
-from dispatch.spend.standing import lines
+from tests.support.leader import RUNS_CAP, hold_spend_read, leader_config
 from tests.support.redis_proxy import RedisProxy
 
 pytestmark = pytest.mark.anyio
 FAULTS = (RedisError, RedisUnavailable, OSError)
-RUNS_CAP = {"ledger": "the whole fleet", "metric": "runs", "window": "day"}
 
 
 def gauges(metrics: Metrics) -> tuple[float | None, float | None, float | None]:
@@ -37,12 +33,7 @@ def gauges(metrics: Metrics) -> tuple[float | None, float | None, float | None]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> ConfigSnapshot:
-    (tmp_path / "scoped-limits.json").write_text(
-        json.dumps({"version": 1, "limits": [{"scope": "*", "day": 5}]})
-    )
-    nightly = {"id": "nightly", "cron": "0 0 * * *", "job": {"command": ["true"]}}
-    (tmp_path / "triggers.json").write_text(json.dumps({"version": 1, "triggers": [nightly]}))
-    return load_once(tmp_path)
+    return leader_config(tmp_path)
 
 
 async def test_a_readonly_round_empties_the_fleet_gauges_and_a_good_one_fills_them(
@@ -69,14 +60,7 @@ async def test_redis_gone_mid_round_shows_the_last_round_then_nothing(
     metrics = Metrics("h1", "0.0.test")
     await metrics.fleet_step(proxied, prefix, "h1", lambda: config)
     last = gauges(metrics)
-    asked, answer = asyncio.Event(), asyncio.Event()
-
-    async def held(*args: object) -> object:  # the spend read, held open until Redis is gone
-        asked.set()
-        await answer.wait()
-        return await lines(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(metrics_module, "lines", held)
+    asked, answer = hold_spend_read(monkeypatch)
     step = asyncio.create_task(metrics.fleet_step(proxied, prefix, "h1", lambda: config))
     await asyncio.wait_for(asked.wait(), 10)
     assert gauges(metrics) == last  # the snapshot is read, the gauges not yet touched
