@@ -69,7 +69,31 @@ def showing(term: Terminal, *wanted: str, timeout: float) -> str:
     try:
         return eventually_sync(check, timeout)
     except AssertionError:
-        raise AssertionError(f"the board never showed {wanted}; it showed:\n{last}") from None
+        raise AssertionError(
+            f"the board never showed {wanted}; it showed:\n{last}\n{_pane_state(term)}"
+        ) from None
+
+
+def _pane_state(term: Terminal) -> str:
+    """The pane's terminal modes and its processes' signal masks: what decides whether a ^C
+    sent to the pane reaches a process (read only when a wait failed)."""
+    tty = subprocess.run(
+        [*term.tm, "display-message", "-p", "-t", "top", "#{pane_tty}"],
+        capture_output=True, text=True, timeout=10,
+    ).stdout.strip()  # fmt: skip
+    if not tty:
+        return "the pane is gone"
+    lines = [subprocess.run(["stty", "-a", "-F", tty], capture_output=True, text=True).stdout]
+    ps = subprocess.run(["ps", "-o", "pid=", "-t", tty], capture_output=True, text=True).stdout
+    for pid in ps.split():
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        sig = [line for line in status if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt"))]
+        lines.append(f"{pid} {cmd[:80]} | {' '.join(' '.join(sig).split())}")
+    return "\n".join(lines)
 
 
 def exited(term: Terminal, timeout: float = 20) -> int:
