@@ -1,7 +1,7 @@
 """The daemon's instructions a job, counted by valgrind: a figure this host's noise cannot move.
 
-    python -m bench.instructions [--gates] [--concurrency 10,50] [--jobs 1000,4000]
-                                 [--cache] [--json]
+    python -m bench.instructions [--gates [--without PARTS]] [--concurrency 10,50]
+                                 [--jobs 1000,4000] [--cache] [--json]
 
 Seconds on this shared host move by a third between reps (bench/results/issue-31-round-6.md),
 so a cut worth 1-3% of a job is lost in any timed bench. Valgrind's cachegrind counts the
@@ -34,7 +34,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bench.queue import DaemonSpec, Fleet, daemon_main, drained, enqueue, plain_jobs
+from bench.queue import PARTS, DaemonSpec, Fleet, daemon_main, drained, enqueue, plain_jobs
 from bench.support.entry import run_and_print
 from dispatch.queue.transitions import Queue
 
@@ -85,11 +85,15 @@ def counts(path: Path) -> dict[str, int]:
     raise SystemExit(f"{path}: no summary line (did valgrind finish?)")
 
 
-async def one_run(url: str, tmp: Path, jobs: int, concurrency: int, gates: bool) -> int:
+async def one_run(
+    url: str, tmp: Path, jobs: int, concurrency: int, args: argparse.Namespace
+) -> int:
     """Run `jobs` no-op jobs through one daemon under the wrapper; its process id."""
     redis = Redis.from_url(url)
     prefix = f"instr{uuid.uuid4().hex[:8]}"
-    fleet = Fleet(url, prefix, 1, concurrency, tmp, gates, target=scaled_daemon_main)
+    fleet = Fleet(
+        url, prefix, 1, concurrency, tmp, args.gates, None, scaled_daemon_main, args.without
+    )
     queue = Queue(redis, "jobs", prefix)
     try:
         await fleet.start(redis, settle_s=0, within_s=START_S)
@@ -111,7 +115,7 @@ async def per_job(
     """Each event a job at one concurrency: the two runs' difference over their jobs'."""
     totals = []
     for jobs in args.jobs:
-        pid = await one_run(url, folder / f"c{concurrency}-{jobs}", jobs, concurrency, args.gates)
+        pid = await one_run(url, folder / f"c{concurrency}-{jobs}", jobs, concurrency, args)
         totals.append(counts(folder / f"cg.{pid}"))
     small, large = totals
     extra = args.jobs[1] - args.jobs[0]
@@ -119,7 +123,10 @@ async def per_job(
 
 
 async def measure(url: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"daemon": "every gate" if args.gates else "no gates", "jobs": args.jobs}
+    daemon = "every gate" if args.gates else "no gates"
+    if args.without:
+        daemon += f" without {', '.join(args.without)}"
+    out: dict[str, Any] = {"daemon": daemon, "jobs": args.jobs}
     before = spawn.get_executable()
     mp.set_executable(str(wrapper(folder, args.cache)))
     try:  # the executable is the process's: put back for whatever spawns after
@@ -136,6 +143,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench.instructions", description=__doc__.split("\n")[0]
     )
     p.add_argument("--gates", action="store_true", help="every admission gate, as bench.queue")
+    p.add_argument("--without", default="", help=f"with --gates: parts off ({','.join(PARTS)})")
     p.add_argument("--concurrency", default="10,50", help="slots, comma-separated")
     p.add_argument("--jobs", default="1000,4000", help="the two runs' job counts")
     p.add_argument("--cache", action="store_true", help="simulated cache and branch misses too")
@@ -143,6 +151,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.concurrency = _counts(p, "--concurrency", args.concurrency)
     args.jobs = _counts(p, "--jobs", args.jobs)
+    args.without = tuple(part for part in args.without.split(",") if part)
+    if args.without and not args.gates:
+        p.error("--without takes parts off the gated daemon: give --gates too")
+    if unknown := [part for part in args.without if part not in PARTS]:
+        p.error(f"--without {','.join(unknown)}: no such part (one of {','.join(PARTS)})")
     if len(args.jobs) != 2 or args.jobs[0] >= args.jobs[1]:
         p.error("--jobs takes two counts, the smaller first")
     if shutil.which("valgrind") is None:

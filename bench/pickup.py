@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.queue import NoopRunner
+from bench.queue import PARTS, NoopRunner
 from bench.support.entry import run_and_print
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
@@ -35,30 +34,6 @@ from dispatch.queue.items import Claim
 from dispatch.runners.base import AbortSignal
 
 WARM_UP = 2_000
-
-
-def _no_gates(p: Processor) -> None:
-    p.gates = []
-
-
-def _no_usage(p: Processor) -> None:
-    p._usage = None
-
-
-def _no_tails(p: Processor) -> None:
-    p.tails = None
-
-
-def _no_log(p: Processor) -> None:
-    p.local_log = None
-
-
-PARTS: dict[str, Callable[[Processor], None]] = {
-    "gates": _no_gates,
-    "usage": _no_usage,
-    "tails": _no_tails,
-    "log": _no_log,
-}
 
 
 def claims(n: int, env: int = 0) -> list[Claim]:

@@ -120,6 +120,7 @@ class DaemonSpec:
     state_dir: Path
     gates: bool = False
     config_dir: Path | None = None  # the gated daemon's; None: an empty one in its state dir
+    without: tuple[str, ...] = ()  # parts of the gated daemon taken off (PARTS)
 
 
 async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
@@ -142,6 +143,7 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
                 gated_processor(settings, redis, runner, config)
             )
             stack.callback(lambda: seen.update(config_seen(config.current(), processor)))
+            take_off(processor, spec.without)
         else:
             output = spec.state_dir / "output"
             processor = Processor(ProcessorSettings(host=spec.host, output_dir=output), runner)
@@ -155,6 +157,40 @@ async def serve(spec: DaemonSpec, stop_flag: Any) -> Row:
     await blocking.aclose()
     ran = {"host": spec.host, "ids": runner.ran(), "lateness_ms": runner.lateness_ms}
     return {**ran, **seen}
+
+
+def _no_gates(p: Processor) -> None:
+    p.gates = []
+
+
+def _no_usage(p: Processor) -> None:
+    p._usage = None  # built from its settings at construction: dropped where it is kept
+
+
+def _no_tails(p: Processor) -> None:
+    p.tails = None
+
+
+def _no_log(p: Processor) -> None:
+    p.local_log = None  # the worker's finish writes the record instead, as in the plain daemon
+
+
+# what the gated processor has that the plain one lacks, and how to take each off
+PARTS: dict[str, Callable[[Processor], None]] = {
+    "gates": _no_gates,
+    "usage": _no_usage,
+    "tails": _no_tails,
+    "log": _no_log,
+}
+
+
+def take_off(processor: Processor, parts: tuple[str, ...]) -> None:
+    """The gated processor less `parts` (PARTS): its gates, its usage report dirs, its output
+    tails in Redis, or its write of a run's record to the local run log as the run ends."""
+    for part in parts:
+        if part not in PARTS:
+            raise ValueError(f"no part {part!r} (one of {', '.join(PARTS)})")
+        PARTS[part](processor)
 
 
 def config_seen(config: ConfigSnapshot, processor: Processor) -> Row:
@@ -194,6 +230,7 @@ class Fleet:
         gates: bool,
         config_dir: Path | None = None,
         target: Callable[[DaemonSpec, Any, Any], None] = daemon_main,
+        without: tuple[str, ...] = (),
     ):
         ctx = mp.get_context("spawn")
         self.stop_flag, self.out = ctx.Event(), ctx.Queue()
@@ -206,6 +243,7 @@ class Fleet:
                 tmp / f"{prefix}-{i + 1}",
                 gates,
                 config_dir,
+                without,
             )
             for i in range(processes)
         ]

@@ -18,11 +18,12 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.timeout(600)
 async def test_a_gated_job_is_counted_in_instructions(redis_url: str, tmp_path: Path) -> None:
     before = spawn.get_executable()
-    args = parse(["--gates", "--concurrency", "10", "--jobs", "40,120"])
+    # a part taken off on the way through to the daemon (its effect: tests/bench/test_queue_parts)
+    args = parse(["--gates", "--without", "tails", "--concurrency", "10", "--jobs", "40,120"])
     figures = await measure(redis_url, tmp_path, args)
     # a gated no-op job is about 270,000 here: the window only says a job, not a daemon start
     assert 50_000 < figures["c10 instructions_per_job"] < 2_000_000
-    assert figures["daemon"] == "every gate"
+    assert figures["daemon"] == "every gate without tails"
     assert spawn.get_executable() == before
 
 
@@ -46,6 +47,11 @@ def test_a_file_without_its_summary_is_refused(tmp_path: Path) -> None:
         (["--jobs", "900,300"], "--jobs takes two counts, the smaller first"),
         (["--jobs", "a,b"], "--jobs a,b: not whole numbers, comma-separated"),
         (["--concurrency", "10,0"], "--concurrency 10,0: each must be 1 or more"),
+        (["--without", "usage"], "--without takes parts off the gated daemon: give --gates too"),
+        (
+            ["--gates", "--without", "usage,spend"],
+            "--without spend: no such part (one of gates,usage,tails,log)",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.pickup import PARTS, WARM_UP, claims, measure, parse
+from bench.pickup import WARM_UP, claims, measure, parse
+from bench.queue import PARTS
 from dispatch.model import decode_job
 
 pytestmark = pytest.mark.anyio
