@@ -12,6 +12,8 @@ under cachegrind twice, over each of `--jobs`' two counts of no-op jobs, on a re
 the bench's own (or DISPATCH_REDIS_URL). The figure is the difference in instructions over the
 difference in jobs: the daemon's start, idle and stop cancel out. `--cache` adds cachegrind's
 simulated cache misses and branch mispredictions a job (its model of a CPU, not this one's).
+`--without` takes parts off the gated daemon (bench.queue's PARTS: gates, usage, tails, log;
+or one gate, `gate:size`): the difference from the whole is what that part costs a job.
 
 Under valgrind the daemon runs about a hundred times slower, so its time constants (a waiting
 claim's hold, the fast-run mark, the endings' gather and the cohort hold) are scaled by
@@ -34,7 +36,16 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bench.queue import PARTS, DaemonSpec, Fleet, daemon_main, drained, enqueue, plain_jobs
+from bench.queue import (
+    PARTS,
+    DaemonSpec,
+    Fleet,
+    daemon_main,
+    drained,
+    enqueue,
+    gate_names,
+    plain_jobs,
+)
 from bench.support.entry import run_and_print
 from dispatch.queue.transitions import Queue
 
@@ -154,8 +165,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.without = tuple(part for part in args.without.split(",") if part)
     if args.without and not args.gates:
         p.error("--without takes parts off the gated daemon: give --gates too")
-    if unknown := [part for part in args.without if part not in PARTS]:
-        p.error(f"--without {','.join(unknown)}: no such part (one of {','.join(PARTS)})")
+    known = {*PARTS, *(f"gate:{name}" for name in gate_names())}
+    if unknown := [part for part in args.without if part not in known]:
+        parts = ",".join(PARTS)
+        p.error(f"--without {','.join(unknown)}: no such part (one of {parts}, or gate:NAME)")
     if len(args.jobs) != 2 or args.jobs[0] >= args.jobs[1]:
         p.error("--jobs takes two counts, the smaller first")
     if shutil.which("valgrind") is None:

@@ -186,11 +186,27 @@ PARTS: dict[str, Callable[[Processor], None]] = {
 
 def take_off(processor: Processor, parts: tuple[str, ...]) -> None:
     """The gated processor less `parts` (PARTS): its gates, its usage report dirs, its output
-    tails in Redis, or its write of a run's record to the local run log as the run ends."""
+    tails in Redis, or its write of a run's record to the local run log as the run ends; or
+    less one gate, `gate:NAME` (gate_names)."""
     for part in parts:
-        if part not in PARTS:
-            raise ValueError(f"no part {part!r} (one of {', '.join(PARTS)})")
-        PARTS[part](processor)
+        name = part.removeprefix("gate:")
+        if name != part and name in gate_names():
+            processor.gates = [gate for gate in processor.gates if gate.name != name]
+        elif part in PARTS:
+            PARTS[part](processor)
+        else:
+            raise ValueError(f"no part {part!r} (one of {', '.join(PARTS)}, or gate:NAME)")
+
+
+def gate_names() -> set[str]:
+    """The name of every gate the gated pipeline is made of."""
+    from dispatch.gates import pipeline
+
+    return {
+        gate.name
+        for symbol, gate in vars(pipeline).items()
+        if symbol.endswith("Gate") and isinstance(getattr(gate, "name", None), str)
+    }
 
 
 def config_seen(config: ConfigSnapshot, processor: Processor) -> Row:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bench.queue import PARTS, Fleet, drained, enqueue, plain_jobs, take_off
+from bench.queue import PARTS, Fleet, drained, enqueue, gate_names, plain_jobs, take_off
 from dispatch.queue.transitions import Queue
 
 pytestmark = pytest.mark.anyio
@@ -43,7 +43,19 @@ async def test_the_gated_daemon_runs_without_the_parts_taken_off(
         assert len((state_dir / "runs.jsonl").read_text().splitlines()) == 20
 
 
-def test_a_part_the_processor_lacks_is_refused() -> None:
-    with pytest.raises(ValueError, match="no part 'spend'"):
-        take_off(object(), ("spend",))  # type: ignore[arg-type]
+@pytest.mark.timeout(120)
+async def test_one_gate_taken_off_is_the_one_gone(
+    redis: Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    whole, _ = await _drain(redis, redis_url, prefix + "a", tmp_path, ())
+    less, _ = await _drain(redis, redis_url, prefix + "b", tmp_path, ("gate:size",))
+    assert "size" in whole["active_gates"]
+    assert less["active_gates"] == [name for name in whole["active_gates"] if name != "size"]
+
+
+@pytest.mark.parametrize("part", ["spend", "gate:sizes", "gate:"])
+def test_a_part_the_processor_lacks_is_refused(part: str) -> None:
+    with pytest.raises(ValueError, match=f"no part '{part}'"):
+        take_off(object(), (part,))  # type: ignore[arg-type]
     assert set(PARTS) == {"gates", "usage", "tails", "log"}
+    assert {"size", "host-slot", "spend"} <= gate_names()
