@@ -154,7 +154,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench.instructions", description=__doc__.split("\n")[0]
     )
     p.add_argument("--gates", action="store_true", help="every admission gate, as bench.queue")
-    p.add_argument("--without", default="", help=f"with --gates: parts off ({','.join(PARTS)})")
+    p.add_argument(
+        "--without", default="", help=f"with --gates: parts off ({','.join(PARTS)}, gate:NAME)"
+    )
     p.add_argument("--concurrency", default="10,50", help="slots, comma-separated")
     p.add_argument("--jobs", default="1000,4000", help="the two runs' job counts")
     p.add_argument("--cache", action="store_true", help="simulated cache and branch misses too")
