@@ -11,7 +11,8 @@ It is assembled from small parts, each testable alone with the injected clock:
   `ahead.Ahead`            claims beyond the run slots, waiting for a run to end.
 Every loop runs supervised (`tasks.py`): an exception is logged and the loop restarted with
 backoff; nothing ends silently, nothing cancels the daemon. The worker itself only starts a
-task per claimed job (the processor's pickup) and turns its ending into a finish.
+task per claimed job (the processor's pickup) and turns its ending into a finish; a run that
+ends while a claim waits for its slot hands that slot on within the same task (`_run`).
 """
 
 from __future__ import annotations
@@ -430,13 +431,25 @@ class Worker:
             self.ahead.give_back([claim])
 
     def _begin_waiting(self) -> None:
-        """Claims that wait for a slot begin while there is one (none once draining)."""
-        while self.ahead and len(self.running) < self.capacity.slots and not self.life.draining:
-            waiting = self.ahead.next()
-            if waiting is not None:
-                self._begin(*waiting)
+        """Claims that wait for a slot begin while there is one, each in a task of its own."""
+        while (waiting := self._waiting_for_slot()) is not None:
+            self._begin(*waiting)
+
+    def _waiting_for_slot(self) -> tuple[Claim, float] | None:
+        """The longest-waiting claim, when a slot is free for it (none once draining)."""
+        if self.ahead and len(self.running) < self.capacity.slots and not self.life.draining:
+            return self.ahead.next()
+        return None
 
     def _begin(self, claim: Claim, sent: float) -> None:
+        entry = self._enter(claim, sent)
+        loop = self._loop or asyncio.get_running_loop()
+        task = loop.create_task(self._run(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _enter(self, claim: Claim, sent: float) -> Running:
+        """The claim among this host's runs, its lock judged: begun, its task to come."""
         # A lock judged from the claim's send: one that lapsed before the reply was read is
         # stopped here, before its run can start (the processor then hands it back).
         now = self.clock.monotonic()
@@ -450,12 +463,18 @@ class Worker:
             old.signal.abort(LOCK_LOST, urgent=True)
         self.running[(claim.queue, claim.id)] = entry
         self.idle.clear()
-        loop = self._loop or asyncio.get_running_loop()
-        task = loop.create_task(self._run(entry))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        return entry
 
     async def _run(self, entry: Running) -> None:
+        """The claim's run; then, while a claim waits for the slot a run freed, that one's in
+        the same task: a slot kept busy by claims held ahead costs no new task and no loop turn
+        a run (about a tenth of a gated no-op job's CPU at c10, bench/results/issue-31-round-7)."""
+        following: Running | None = entry
+        while following is not None:
+            following = await self._run_one(following)
+
+    async def _run_one(self, entry: Running) -> Running | None:
+        """One run to its finish; the claim begun in its slot, for this task to run next."""
         claim = entry.claim
         try:
             ending = await self.processor.process(claim, entry.signal)
@@ -465,7 +484,9 @@ class Worker:
         if self.running.get((claim.queue, claim.id)) is entry:  # not a newer claim's
             del self.running[(claim.queue, claim.id)]
         self.capacity.ran(self.clock.monotonic() - entry.begun_at)
-        self._begin_waiting()
+        waiting = self._waiting_for_slot()
+        following = self._enter(*waiting) if waiting is not None else None
+        self._begin_waiting()  # slots beyond this one (a resize freed more): tasks of their own
         try:
             if self.metrics is not None:
                 self.metrics.ended(ending.action, ending.record, _defer_reason(ending))
@@ -477,6 +498,7 @@ class Worker:
             self.capacity.give(1)
         if not self.running:
             self.idle.set()
+        return following
 
     def _end(self, claim: Claim, ending: Ending) -> None:
         record = ending.record

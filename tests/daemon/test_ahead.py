@@ -41,6 +41,23 @@ async def test_a_small_fast_host_claims_ahead_but_runs_only_its_slots(
     assert sorted(host.runner.ran) == sorted(ids)  # each once
 
 
+async def test_a_freed_slot_runs_the_claim_waiting_for_it_in_the_same_task(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The run that frees a slot begins the longest-waiting claim in it, and its task runs
+    that one next, once its own ending is handed on: no new task, no loop turn between."""
+    async with small_host(redis_url, prefix, tmp_path, slots=1) as host:
+        host.worker.ahead.hold_s = 60.0
+        ids = await enqueue(host.queue, 3)
+        await host.waiting(2)
+        host.runner.release.set()
+        await eventually(lambda: equals(host.queue.redis.zcard(host.queue.keys.done), 3))
+    assert host.runner.ran == ids  # oldest first
+    first, *rest = host.runner.tasks
+    assert first is not None and all(task is first for task in rest)
+    assert host.runner.began_beside == [0, 0, 0]  # each after the one before it had ended
+
+
 async def test_a_claim_that_waits_in_vain_goes_back_with_nothing_spent(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -27,18 +28,23 @@ from tests.support.workers import FAST, make_settings
 
 
 class HeldRuns:
-    """Each run waits for `release` (or its abort); counts the runs under way at once."""
+    """Each run waits for `release` (or its abort); counts the runs under way at once, and
+    notes the task each ran in and what else was under way as it began."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.now = 0
         self.most = 0
         self.ran: list[str] = []
+        self.tasks: list[asyncio.Task[Any] | None] = []
+        self.began_beside: list[int] = []  # runs under way as each began
 
     async def run(self, ctx: RunContext) -> RunResult:
+        self.began_beside.append(self.now)
         self.now += 1
         self.most = max(self.most, self.now)
         self.ran.append(ctx.job.id)
+        self.tasks.append(asyncio.current_task())
         aborted = asyncio.ensure_future(ctx.aborted.wait())
         released = asyncio.ensure_future(self.release.wait())
         try:
