@@ -441,6 +441,14 @@ class Worker:
             return self.ahead.next()
         return None
 
+    def _hand_on_slot(self) -> Running | None:
+        """The oldest waiting claim, begun in the slot a run just freed for that run's task to
+        run next; any other free slots (a resize freed more) begin theirs in tasks of their own."""
+        waiting = self._waiting_for_slot()
+        following = self._enter(*waiting) if waiting is not None else None
+        self._begin_waiting()
+        return following
+
     def _begin(self, claim: Claim, sent: float) -> None:
         entry = self._enter(claim, sent)
         loop = self._loop or asyncio.get_running_loop()
@@ -484,9 +492,7 @@ class Worker:
         if self.running.get((claim.queue, claim.id)) is entry:  # not a newer claim's
             del self.running[(claim.queue, claim.id)]
         self.capacity.ran(self.clock.monotonic() - entry.begun_at)
-        waiting = self._waiting_for_slot()
-        following = self._enter(*waiting) if waiting is not None else None
-        self._begin_waiting()  # slots beyond this one (a resize freed more): tasks of their own
+        following = self._hand_on_slot() if self.ahead else None
         try:
             if self.metrics is not None:
                 self.metrics.ended(ending.action, ending.record, _defer_reason(ending))
