@@ -13,7 +13,9 @@ Waiting jobs are counted by reason from that sample (the delayed set's first `SA
 soonest first), and the snapshot says how many it looked at of how many: reading every defer
 record of a 100,000-job backlog would cost more than a status line is worth. A job in `wait`
 is counted as ready. Runs of the last hour that ended wrong (failed, infra, policy) are counted
-by reason, and the newest `RECENT` of every outcome are listed. Each call is bounded by
+by reason, and the newest `RECENT` of every outcome are listed. A job a beat names running
+whose record, read in the same snapshot, says that run has ended is not shown running: the
+view never shows one run both running and ended. Each call is bounded by
 `timeout_s`; a Redis that does not answer in time gives a snapshot whose `error` says so, never
 a hang.
 """
@@ -229,6 +231,7 @@ async def _details(redis: Redis, prefix: str, snap: Snapshot, sampled: Sampled) 
             endings.extend(_endings(snap, name, next(replies)))
     snap.reasons = dict(sorted(snap.reasons.items(), key=lambda kv: -kv[1].count))
     endings.sort(key=lambda e: e.ended_ms or 0, reverse=True)
+    _drop_ended(snap.hosts, endings)
     snap.recent = endings[:RECENT]
     snap.failures = dict(sorted(snap.failures.items(), key=lambda kv: -kv[1]))
 
@@ -241,6 +244,25 @@ def _count_reasons(snap: Snapshot, defers: list[Any], queued: list[Any]) -> None
         at = int(at_raw) if at_raw else None
         if at is not None and (row.oldest_ms is None or at < row.oldest_ms):
             row.oldest_ms = at
+
+
+def _drop_ended(hosts: list[HostRow], endings: list[Ending]) -> None:
+    """A job a host's beat names running, whose run record from that host this read finds
+    ended since the claim the beat names, runs no more: the beat is up to one beat old, the
+    record is this read's. Both instants are the host's own clock; a later run of the job on
+    that host was claimed after the earlier one ended, so it stays."""
+    last_end: dict[tuple[str, str], int] = {}
+    for e in endings:  # newest first: the first of a (host, job) is its last end
+        if e.ended_ms is not None:
+            last_end.setdefault((e.host, e.id), e.ended_ms)
+    for h in hosts:
+        kept = [j for j in h.jobs if not _ended_since(j, last_end.get((h.name, j.id)))]
+        h.running = max(h.running - (len(h.jobs) - len(kept)), 0)
+        h.jobs = kept
+
+
+def _ended_since(job: RunningJob, ended_ms: int | None) -> bool:
+    return ended_ms is not None and job.started_ms is not None and ended_ms >= job.started_ms
 
 
 def _endings(snap: Snapshot, queue: str, raws: list[Any]) -> list[Ending]:

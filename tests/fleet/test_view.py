@@ -90,6 +90,37 @@ async def test_a_beat_names_its_running_jobs_and_budget_and_junk_in_it_is_left_o
     assert rows["odd"].jobs == [] and rows["odd"].promised is None
 
 
+async def test_a_run_the_beat_names_but_its_record_says_ended_is_not_shown_running(
+    redis, prefix
+) -> None:
+    """The beat is up to 5 s old; the record, read in the same snapshot, wins for that run."""
+    seconds, _ = await redis.time()
+    now = int(seconds) * 1000
+    jobs = [
+        {"id": "done", "queue": "jobs", "since_ms": now - 3_000},  # ended since: gone
+        {"id": "again", "queue": "jobs", "since_ms": now - 1_000},  # its first run ended before
+        {"id": "elsewhere", "queue": "jobs", "since_ms": now - 3_000},  # ended on another host
+        {"id": "no-since", "queue": "jobs"},  # an older beat's: left as it says
+    ]
+    beat = {"host": "h", "running": 4, "slots": 4, "jobs": jobs}
+    await redis.sadd(keys.hosts_registry(prefix), "h")
+    await redis.set(keys.host_alive("h", prefix), json.dumps(beat), px=60_000)
+    k = keys.queue_keys("jobs", prefix)
+    for job_id, ran_on, ended in [
+        ("done", "h", now - 2_000), ("again", "h", now - 2_000), ("elsewhere", "h2", now - 2_000),
+        ("no-since", "h", now - 2_000),
+    ]:  # fmt: skip
+        record = RunRecord(
+            id=job_id, attempt=1, host=ran_on, queue="jobs", outcome="completed",
+            ended_at=iso(ended),
+        )  # fmt: skip
+        await redis.hset(k.runs, f"{job_id}#1", msgspec.json.encode(record))
+        await redis.zadd(k.runs_idx, {f"{job_id}#1": ended})
+    (host,) = (await view.snapshot(redis, prefix)).hosts
+    assert [j.id for j in host.jobs] == ["again", "elsewhere", "no-since"]
+    assert host.running == 3
+
+
 async def test_the_last_hours_failures_by_reason_and_the_newest_endings(
     redis, prefix, monkeypatch: pytest.MonkeyPatch
 ) -> None:
