@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from dispatch.model import Job, encode_job
+from dispatch.model import Job, encode_job, instant_ms
 from dispatch.queue.transitions import ClaimBatch, NewJob, Queue
 from tests.faults.conftest import Events
 from tests.support.daemons import cli_env, daemon, log_path
@@ -88,6 +89,38 @@ async def test_waiting_claims_ride_out_redis_faults_with_every_job_run_once(
     assert "hand_back" in met  # the fault did meet a hand-back of waiting claims
     assert [e for e in logged if e.get("event") == "waiting_claims_handed_back"]
     assert not [e for e in logged if e.get("event") in ("task_failed", "job_crashed")]
+
+
+@pytest.mark.parametrize("mode", ["error", "refuse"])
+async def test_slots_handed_on_while_redis_is_away_run_every_job_once(
+    redis: Redis, prefix: str, tmp_path: Path, proxy, mode: str
+) -> None:
+    """Short runs end during the fault: each freed slot begins a waiting claim in the same
+    task (worker.py `_run`) while the finishes before it cannot reach Redis. Every job still
+    completes once, and some run began inside the fault, so a hand-on did meet it."""
+    port = free_port()
+    state = tmp_path / "state"
+    env = cli_env(
+        proxy.url, prefix, state, DISPATCH_HOST="ahead", DISPATCH_CONCURRENCY="2",
+        DISPATCH_METRICS_ADDR=f"127.0.0.1:{port}", BENCH_AHEAD_HOLD_S="10",
+    )  # fmt: skip
+    queue = Queue(redis, "jobs", prefix)
+    ids = [f"s{i:04d}" for i in range(JOBS)]
+    await queue.enqueue([NewJob(i, encode_job(Job(id=i, command=["sleep", "0.3"]))) for i in ids])
+    error = ERROR_REPLIES["READONLY"] if mode == "error" else b""
+    with daemon(env, program=AHEAD_WORKER) as proc:
+        await anyio.to_thread.run_sync(lambda: eventually_sync(lambda: claims_waiting(port), 30))
+        began_ms = time.time() * 1000
+        with proxy.fault(mode, error):
+            await anyio.sleep(FAULT_S)  # the fault's length is the point, not a wait for a state
+        ended_ms = time.time() * 1000
+        await eventually(lambda: _done_at_least(redis, queue, JOBS), timeout=90)
+        assert proc.poll() is None
+    ran = completions(state)
+    assert sorted(ran) == ids and set(ran.values()) == {1}  # each ran, and ran once
+    records = [json.loads(line) for line in (state / "runs.jsonl").read_text().splitlines()]
+    starts = [instant_ms(r["started_at"]) or 0 for r in records if r.get("started_at")]
+    assert any(began_ms < at < ended_ms for at in starts)  # begun from a slot in the fault
 
 
 def _run_s(job_id: str) -> float:
