@@ -44,6 +44,7 @@ from bench.queue import (
     drained,
     enqueue,
     gate_names,
+    parts_off,
     plain_jobs,
 )
 from bench.support.entry import run_and_print
@@ -164,13 +165,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.concurrency = _counts(p, "--concurrency", args.concurrency)
     args.jobs = _counts(p, "--jobs", args.jobs)
-    args.without = tuple(part for part in args.without.split(",") if part)
+    known = {*PARTS, *(f"gate:{name}" for name in gate_names())}
+    args.without = tuple(parts_off(p, args.without, known, f"{','.join(PARTS)}, or gate:NAME"))
     if args.without and not args.gates:
         p.error("--without takes parts off the gated daemon: give --gates too")
-    known = {*PARTS, *(f"gate:{name}" for name in gate_names())}
-    if unknown := [part for part in args.without if part not in known]:
-        parts = ",".join(PARTS)
-        p.error(f"--without {','.join(unknown)}: no such part (one of {parts}, or gate:NAME)")
     if len(args.jobs) != 2 or args.jobs[0] >= args.jobs[1]:
         p.error("--jobs takes two counts, the smaller first")
     if shutil.which("valgrind") is None:

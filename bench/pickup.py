@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.queue import PARTS, NoopRunner
+from bench.queue import PARTS, NoopRunner, parts_off
 from bench.support.entry import run_and_print
 from dispatch.clock import SystemClock
 from dispatch.config.settings import Settings
@@ -96,10 +96,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--env", type=int, default=0, help="env values each job carries")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
-    args.without = [part for part in args.without.split(",") if part]
-    unknown = [part for part in args.without if part not in PARTS]
-    if unknown:
-        p.error(f"--without {','.join(unknown)}: not a part (one of {','.join(PARTS)})")
+    args.without = parts_off(p, args.without, PARTS, ",".join(PARTS))
     if args.env < 0:
         p.error("--env must be 0 or more")
     if args.pickups <= WARM_UP:

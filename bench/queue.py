@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +196,17 @@ def take_off(processor: Processor, parts: tuple[str, ...]) -> None:
             PARTS[part](processor)
         else:
             raise ValueError(f"no part {part!r} (one of {', '.join(PARTS)}, or gate:NAME)")
+
+
+def parts_off(
+    p: argparse.ArgumentParser, text: str, known: Collection[str], said: str
+) -> list[str]:
+    """`--without`'s comma-separated parts, each one of `known` (`said` names them); a part
+    that is not is refused in one line."""
+    parts = [part for part in text.split(",") if part]
+    if unknown := [part for part in parts if part not in known]:
+        p.error(f"--without {','.join(unknown)}: not a part (one of {said})")
+    return parts
 
 
 def gate_names() -> set[str]:

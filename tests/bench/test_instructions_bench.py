@@ -50,11 +50,11 @@ def test_a_file_without_its_summary_is_refused(tmp_path: Path) -> None:
         (["--without", "usage"], "--without takes parts off the gated daemon: give --gates too"),
         (
             ["--gates", "--without", "usage,spend"],
-            "--without spend: no such part (one of gates,usage,tails,log, or gate:NAME)",
+            "--without spend: not a part (one of gates,usage,tails,log, or gate:NAME)",
         ),
         (
             ["--gates", "--without", "gate:size,gate:sizes"],
-            "--without gate:sizes: no such part (one of gates,usage,tails,log, or gate:NAME)",
+            "--without gate:sizes: not a part (one of gates,usage,tails,log, or gate:NAME)",
         ),
     ],
 )
