@@ -133,3 +133,30 @@ async def test_a_scrape_while_the_leader_asks_redis_finds_the_last_round_whole(
     answer.set()
     await step
     assert whole()
+
+
+async def test_a_leader_frozen_past_its_lease_hands_the_fleet_gauges_over(
+    redis: Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Two daemons' metrics on one real Redis. The leader stops stepping (frozen, or killed)
+    and its lease lapses, stood for by deleting it now rather than waiting its 30 s: the other
+    takes the lead and shows the fleet; the old leader, stepping again, finds the lease not its
+    own and shows nothing of the fleet, so one series never comes from two daemons."""
+    current = leader_config(tmp_path)
+    first, second = Metrics("h1", "0"), Metrics("h2", "0")
+
+    def shows(m: Metrics) -> bool:
+        led = m.registry.get_sample_value("dispatch_metrics_leader") == 1
+        return led and m.registry.get_sample_value("dispatch_spend_cap", RUNS_CAP) == 5
+
+    await first.fleet_step(redis, prefix, "h1", lambda: current)
+    await second.fleet_step(redis, prefix, "h2", lambda: current)
+    assert shows(first) and not shows(second)
+    assert second.registry.get_sample_value("dispatch_spend_cap", RUNS_CAP) is None
+
+    await redis.delete(f"{prefix}:metrics:leader")  # the frozen leader's lease has run out
+    await second.fleet_step(redis, prefix, "h2", lambda: current)
+    assert shows(second)
+    await first.fleet_step(redis, prefix, "h1", lambda: current)  # the frozen one wakes
+    assert not shows(first) and shows(second)
+    assert first.registry.get_sample_value("dispatch_spend_cap", RUNS_CAP) is None
